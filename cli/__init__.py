@@ -1,0 +1,1 @@
+"""The `learnproxy` command line: it wires proxy, judges and learner together."""

@@ -1,0 +1,1 @@
+"""The HTTP edge: OpenAI-compatible routes, sessions, turn logging and the serving engines."""

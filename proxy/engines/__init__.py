@@ -1,0 +1,1 @@
+"""Serving engines behind one interface: embedded (transformers + peft), SGLang, and a null engine."""
