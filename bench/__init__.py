@@ -1,0 +1,1 @@
+"""Benchmarks behind `make bench`; each module returns a markdown section for docs/BENCHMARKS.md."""

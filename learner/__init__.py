@@ -1,0 +1,1 @@
+"""Learning from judged turns: samples, losses, LoRA training, adapter versions and publishing."""

@@ -1,0 +1,1 @@
+"""Reviewing the feedback DB: the web UI at /review, its JSON API, human labels and export."""
