@@ -1,0 +1,1 @@
+"""HTTP routes, one module per resource; each is a thin layer over a service."""
