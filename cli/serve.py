@@ -40,8 +40,12 @@ def settings_env(settings: Settings) -> dict[str, str]:
         if value is None:
             env.pop(f"LEARNPROXY_{name.upper()}", None)
             continue
-        text = ",".join(value) if isinstance(value, list) else str(value).lower() if isinstance(value, bool) else str(value)
-        env[f"LEARNPROXY_{name.upper()}"] = text
+        if isinstance(value, list):
+            env[f"LEARNPROXY_{name.upper()}"] = ",".join(value)
+        elif isinstance(value, bool):
+            env[f"LEARNPROXY_{name.upper()}"] = str(value).lower()
+        else:
+            env[f"LEARNPROXY_{name.upper()}"] = str(value)
     return env
 
 

@@ -103,4 +103,5 @@ def load_model(path: str, device: str = "auto", dtype: str = "auto") -> Any:
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=pick_dtype(dtype, dev), local_files_only=offline
     )
-    return model.to(dev).eval()
+    model.to(dev)  # type: ignore[arg-type]  # transformers' stub types `to` for dtype only
+    return model.eval()

@@ -6,9 +6,9 @@ from either database.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Sequence
-import sys
 
 
 def _le(a: array) -> bytes:
