@@ -1,0 +1,112 @@
+"""Training hyperparameters: one dataclass, saved as `config.json` next to every adapter version.
+
+Runtime settings (paths, broker, method, batch size) stay in `core.settings.Settings`; this holds
+what shaped the weights. `TrainConfig.from_settings` fills the settings-owned fields and reads
+optional overrides from `DATA_DIR/train_config.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+from core.settings import Settings
+
+# lr on CPU: the SmolLM2-135M experiment in issue 4 clipped 30-65% of tokens by the second step at
+# larger rates, and 1-4% at 1e-4. 1e-4 is therefore the largest rate that keeps the clipped
+# surrogate mostly unclipped there; GPU-sized models use the usual 1e-5.
+CPU_LR = 1e-4
+GPU_LR = 1e-5
+
+
+def _f(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TrainConfig:
+    """What one training run used. Every field carries `help`; `__post_init__` checks the values."""
+
+    method: Literal["rl", "opd", "combined"] = _f("combined", "rl: judge scores; opd: hints; combined: both.")
+    batch_size: int = _f(16, "Samples per training batch.")
+    steps_per_batch: int = _f(1, "Optimizer steps taken on each batch (more steps: more clipping).")
+    # --- LoRA --------------------------------------------------------------------------------
+    rank: int = _f(16, "LoRA rank.")
+    alpha: int = _f(32, "LoRA alpha (scale = alpha / rank).")
+    dropout: float = _f(0.0, "LoRA dropout; 0 keeps behaviour and training logprobs comparable.")
+    target_modules: str | list[str] = _f("all-linear", "PEFT target modules; all-linear = every projection.")
+    # --- optimiser ---------------------------------------------------------------------------
+    lr: float | None = _f(None, f"Learning rate; None picks {GPU_LR} on CUDA and {CPU_LR} on CPU.")
+    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    max_grad_norm: float = _f(1.0, "Gradient norm clip.")
+    # --- loss --------------------------------------------------------------------------------
+    eps_low: float = _f(0.2, "Clip range below 1 for the importance ratio.")
+    eps_high: float = _f(0.28, "Clip range above 1 (wider: low-probability tokens can still rise).")
+    ratio_cap: float = _f(2.0, "Truncation of pi_theta / pi_behavior (the logged sampling logprob).")
+    kl_coef: float = _f(0.0, "Weight of the KL to the base model (adapter disabled); 0 only logs it.")
+    w_rl: float = _f(1.0, "Weight of the RL advantage in combined mode.")
+    w_opd: float = _f(1.0, "Weight of the distillation advantage (token) or loss (topk).")
+    opd_clip: float = _f(5.0, "OPD token advantage is clipped to [-c, c].")
+    opd_mode: Literal["token", "topk"] = _f("token", "token: teacher-student on sampled tokens; topk: KL.")
+    top_k: int = _f(16, "Teacher tokens kept per position in topk mode (the rest form a tail bucket).")
+    teacher: Literal["base", "adapter"] = _f("base", "Teacher weights: base model or current adapter.")
+    baseline: bool = _f(True, "Subtract the batch-mean score from RL advantages.")
+    max_staleness: int = _f(4, "Drop samples served more than this many adapter versions ago.")
+    # --- runtime -----------------------------------------------------------------------------
+    device: str = _f("auto", "auto, cpu or cuda[:N].")
+    dtype: Literal["auto", "float32", "bfloat16"] = _f("auto", "auto: fp32 on CPU, bf16 on CUDA.")
+    logprob_chunk: int = _f(1024, "Response positions per chunk of lm_head + log_softmax.")
+    seed: int = _f(0, "Torch seed for LoRA init.")
+    lock_stale_s: float = _f(3600.0, "A `training` version row older than this is a dead run's lock.")
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.method not in ("rl", "opd", "combined"):
+            problems.append(f"method={self.method!r}: set rl, opd or combined")
+        if self.opd_mode not in ("token", "topk"):
+            problems.append(f"opd_mode={self.opd_mode!r}: set token or topk")
+        if self.teacher not in ("base", "adapter"):
+            problems.append(f"teacher={self.teacher!r}: set base or adapter")
+        for name in ("batch_size", "steps_per_batch", "rank", "top_k", "logprob_chunk"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}={getattr(self, name)}: set 1 or more")
+        if not 0 <= self.eps_low < 1 or self.eps_high < 0:
+            problems.append("eps_low must be in [0, 1) and eps_high >= 0")
+        if self.ratio_cap < 1 + self.eps_high:
+            problems.append(f"ratio_cap={self.ratio_cap}: set at least 1 + eps_high ({1 + self.eps_high})")
+        if self.lr is not None and self.lr <= 0:
+            problems.append(f"lr={self.lr}: set a positive rate, or None for the device default")
+        if self.opd_clip <= 0 or self.max_staleness < 0 or self.kl_coef < 0:
+            problems.append("opd_clip must be > 0, max_staleness and kl_coef >= 0")
+        if problems:
+            raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+
+    def resolved_lr(self, device: str) -> float:
+        if self.lr is not None:
+            return self.lr
+        return GPU_LR if device.startswith("cuda") else CPU_LR
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:  # strict: a typo in a saved config must not silently train with defaults
+            raise ValueError(f"unknown TrainConfig fields: {sorted(unknown)}")
+        return cls(**data)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> TrainConfig:
+        """Defaults, then `DATA_DIR/train_config.json` if present, then settings, then overrides."""
+        data: dict[str, Any] = {}
+        path = settings.data_dir / "train_config.json"
+        if path.exists():
+            data.update(json.loads(path.read_text()))
+        data.update(method=settings.method, batch_size=settings.train_batch_size)
+        if settings.device != "auto":
+            data["device"] = settings.device
+        data.update(overrides)
+        return cls.from_json(data)

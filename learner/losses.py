@@ -1,0 +1,68 @@
+"""Loss pieces on per-token tensors: importance ratio, clipped surrogate, KL, top-K distillation.
+
+All functions take flat [n_tokens] tensors (top-K ones [n_tokens, K]) and return per-token values;
+the trainer averages over the batch's response tokens (token-level, as in DAPO), so long replies
+weigh by their length rather than being squashed to one sample each.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def importance_ratio(logp: torch.Tensor, behavior_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """pi_theta / pi_behavior per token, truncated at `cap`.
+
+    pi_behavior is the logged sampling logprob from the serving engine, not a recomputation, so
+    the ratio corrects for the adapter version and numerics that actually produced the tokens.
+    Above the cap the ratio is constant, so its gradient is zero (truncated importance sampling).
+    """
+    return torch.exp(logp - behavior_logp).clamp(max=cap)
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, advantage: torch.Tensor, eps_low: float, eps_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO loss -min(r*A, clip(r, 1-eps_low, 1+eps_high)*A) and a mask of clipped tokens.
+
+    A token is "clipped" when the clipped branch is the active one, i.e. it gives no gradient.
+    """
+    clipped_ratio = ratio.clamp(1 - eps_low, 1 + eps_high)
+    unclipped = ratio * advantage
+    clipped = clipped_ratio * advantage
+    loss = -torch.minimum(unclipped, clipped)
+    was_clipped = (clipped < unclipped) & (ratio != clipped_ratio)
+    return loss, was_clipped
+
+
+def kl_to_reference(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi_theta || pi_ref) on sampled tokens: non-negative, low variance."""
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - log_ratio - 1
+
+
+def opd_token_advantage(teacher_logp: torch.Tensor, student_logp: torch.Tensor, clip: float) -> torch.Tensor:
+    """Hint distillation on sampled tokens: clip(teacher - student, -c, c)."""
+    return (teacher_logp - student_logp).clamp(-clip, clip)
+
+
+def topk_reverse_kl(
+    student_topk: torch.Tensor,
+    student_tail: torch.Tensor,
+    teacher_topk: torch.Tensor,
+    teacher_tail: torch.Tensor,
+) -> torch.Tensor:
+    """Per-position KL(student || teacher) over the teacher's top-K tokens plus one tail bucket.
+
+    Inputs are logprobs: the K ids' logprobs [n, K] under each model and each model's log-mass
+    outside them [n]. Unlike the token advantage this reaches tokens the student never sampled:
+    a token the teacher ranks in its top K gets gradient whether or not it was in the response.
+    """
+    s = torch.cat([student_topk, student_tail[:, None]], dim=-1)
+    t = torch.cat([teacher_topk, teacher_tail[:, None]], dim=-1)
+    return (s.exp() * (s - t)).sum(-1)
+
+
+def tail_logprob(topk_logp: torch.Tensor) -> torch.Tensor:
+    """log(1 - sum_k p_k) for [n, K] logprobs."""
+    return torch.log1p(-topk_logp.exp().sum(-1).clamp(max=1 - 1e-6))

@@ -1,0 +1,125 @@
+"""One training step end to end: collect samples, take the guard, train, save, record, publish.
+
+`run_train_step` is the plain function behind the Celery task and `learnproxy train --once`; the
+tests call it directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from statistics import mean
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from core.db import session_scope
+from core.modelload import resolve_model_path
+from core.models import AdapterVersion, Turn, TurnStatus
+from core.settings import Settings
+from learner import versions
+from learner.config import TrainConfig
+from learner.samples import Collected, collect_samples
+from learner.trainer import Learner, Progress, cached_learner
+
+log = logging.getLogger(__name__)
+
+def get_learner(settings: Settings, config: TrainConfig) -> Learner:
+    """The worker's cached learner for this model and config."""
+    model_path = resolve_model_path(settings.model, settings.models_dir)
+    return cached_learner(model_path, config)
+
+
+def count_ready(factory: sessionmaker[Session], settings: Settings, config: TrainConfig) -> Collected:
+    """The samples a step would use now (stale turns found on the way are marked and committed)."""
+    with session_scope(factory) as session:
+        return collect_samples(session, settings, config)
+
+
+def run_train_step(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    *,
+    config: TrainConfig | None = None,
+    force: bool = False,
+    reason: str = "",
+    progress: Progress | None = None,
+) -> AdapterVersion | None:
+    """Train one batch into a new adapter version; None when too few samples or another run holds the guard.
+
+    `force` trains on whatever is ready (at least one sample) instead of waiting for a full batch.
+    """
+    config = config or TrainConfig.from_settings(settings)
+    collected = count_ready(factory, settings, config)
+    if not collected.samples or (len(collected.samples) < config.batch_size and not force):
+        log.info("train step skipped: %d of %d samples ready (%d stale dropped)",
+                 len(collected.samples), config.batch_size, collected.n_stale)
+        return None
+    row = versions.acquire(factory, settings, config)
+    if row is None:
+        log.info("train step skipped: another training run holds the guard")
+        return None
+    try:
+        # collect again under the guard: a run that finished meanwhile may have taken these turns
+        collected = count_ready(factory, settings, config)
+        if not collected.samples or (len(collected.samples) < config.batch_size and not force):
+            versions.release(factory, row.id)
+            return None
+        return _train(factory, settings, config, row, collected, reason, progress)
+    except BaseException as exc:  # release the guard on anything, including a worker time limit
+        versions.fail(factory, row.id, f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _train(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    config: TrainConfig,
+    row: AdapterVersion,
+    collected: Collected,
+    reason: str,
+    progress: Progress | None,
+) -> AdapterVersion:
+    started = time.perf_counter()
+    learner = get_learner(settings, config)
+    parent_path = None
+    if row.parent_id is not None:
+        with factory() as session:
+            parent = session.get(AdapterVersion, row.parent_id)
+            parent_path = parent.path if parent else None
+    learner.sync(parent_path)  # continue from the served adapter
+    result = learner.train_batch(collected.samples, progress)
+    path = settings.adapters_dir / row.name
+    learner.save(path)
+    metrics = _metrics(result.steps, collected, reason, time.perf_counter() - started)
+    versions.write_files(path, config, metrics)
+    with session_scope(factory) as session:
+        done = versions.finish(session, row.id, path=path, metrics=metrics, n_samples=len(collected.samples),
+                               publish=settings.auto_publish)
+        for sample, summary in zip(collected.samples, result.per_sample, strict=True):
+            turn = session.get(Turn, sample.turn_id)
+            if turn is not None:
+                turn.status = TurnStatus.trained
+                turn.trained_version_id = row.id
+                turn.advantage = summary
+    log.info("trained %s on %d samples: %s", done.name, len(collected.samples), metrics["summary"])
+    return done
+
+
+def _metrics(
+    steps: list[dict[str, float]], collected: Collected, reason: str, seconds: float
+) -> dict[str, Any]:
+    summary = {k: mean(s[k] for s in steps) for k in steps[0]} if steps else {}
+    summary["clip_frac_last"] = steps[-1]["clip_frac"] if steps else 0.0
+    return {
+        "steps": steps,
+        "summary": summary,
+        "n_samples": len(collected.samples),
+        "n_rl": sum(s.is_rl for s in collected.samples),
+        "n_opd": sum(s.is_opd for s in collected.samples),
+        "n_labelled": collected.n_labelled,
+        "n_stale_dropped": collected.n_stale,
+        "n_unusable": collected.n_unusable,
+        "reason": reason,
+        "seconds": seconds,
+    }

@@ -1,0 +1,271 @@
+"""LoRA policy training on logged turns: RL on judge scores plus on-policy distillation from hints.
+
+The method (one batch):
+  - RL: every response token of a scored turn gets advantage A = w_rl * (score - batch mean score).
+  - OPD, token mode: a hinted turn's tokens get A += w_opd * clip(teacher - student, -c, c), where
+    the teacher is the same model (base or current adapter) shown the prompt plus the hint, scored
+    on the same response ids. Top-K mode instead adds w_opd * KL(student || teacher top-K + tail)
+    at every response position, which can raise tokens the student never sampled.
+  - Loss: token-level clipped surrogate with ratio pi_theta / pi_behavior, pi_behavior being the
+    engine's logged sampling logprob, truncated at a cap; plus an optional k3 KL to the base model
+    (the adapter disabled, so the reference costs no memory).
+
+How it departs from the usual PPO/GRPO loop: there are no rollouts and no group baseline: turns
+come from real traffic, once each, and the baseline is the batch mean. The anchors recompute
+pi_old with the trainer, so their ratio starts at 1; we use the logged sampling logprobs, so the
+ratio also corrects for the adapter version that actually served the turn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.modelload import load_model, load_tokenizer, pick_device
+from learner.config import TrainConfig
+from learner.logprobs import Packed, TokenStats, pack, token_stats, topk_of
+from learner.losses import (
+    clipped_surrogate,
+    importance_ratio,
+    kl_to_reference,
+    opd_token_advantage,
+    tail_logprob,
+    topk_reverse_kl,
+)
+from learner.samples import Sample, teacher_prompt_ids
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int, dict[str, float]], None]  # (step, steps, metrics)
+
+
+@dataclass
+class BatchTargets:
+    """What stays fixed across the steps on one batch."""
+
+    packed: Packed
+    behavior: torch.Tensor  # logged sampling logprobs [n]
+    ref: torch.Tensor  # base-model logprobs [n] (adapter disabled)
+    advantage: torch.Tensor  # per-token surrogate advantage [n]
+    rl_adv: torch.Tensor  # its RL part [n]
+    opd_adv: torch.Tensor  # its token-OPD part [n] (zero in topk mode)
+    opd_mask: torch.Tensor  # positions of hinted samples [n] (bool)
+    teacher_ids: torch.Tensor | None = None  # topk mode: [n, K]
+    teacher_lps: torch.Tensor | None = None  # topk mode: [n, K]
+
+
+@dataclass
+class BatchResult:
+    steps: list[dict[str, float]]
+    per_sample: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Learner:
+    """A LoRA-wrapped copy of the base model, its optimizer and the version its weights came from."""
+
+    def __init__(self, model_path: str, config: TrainConfig) -> None:
+        from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+
+        self.config = config
+        self.device = pick_device(config.device)
+        # fp32 on CPU: bf16 logprobs are too coarse for ratios near 1 and CPUs gain little from it
+        dtype = config.dtype
+        if dtype == "auto":
+            dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
+        self.tokenizer = load_tokenizer(model_path)
+        torch.manual_seed(config.seed)
+        base = load_model(model_path, device=self.device, dtype=dtype)
+        lora = LoraConfig(
+            r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
+            target_modules=config.target_modules, task_type="CAUSAL_LM",
+        )
+        self.model = get_peft_model(base, lora)
+        self._fresh = {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model).items()}
+        self.loaded_path: str | None = None  # the version the weights came from
+        self._new_optimizer()
+
+    def configure(self, config: TrainConfig) -> None:
+        """Use `config` for the next batches; a changed optimiser setting restarts the optimiser."""
+        old, self.config = self.config, config
+        before = (old.resolved_lr(self.device), old.weight_decay)
+        if before != (config.resolved_lr(self.device), config.weight_decay):
+            self._new_optimizer()
+
+    def _new_optimizer(self) -> None:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        lr = self.config.resolved_lr(self.device)
+        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay)
+
+    def sync(self, path: str | None) -> None:
+        """Load the adapter saved at `path` (None: a fresh adapter) unless it is loaded already.
+
+        Keyed by path, not version id: ids repeat across databases, paths (unique names) do not.
+        """
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        if path == self.loaded_path:
+            return
+        if path is None:
+            state = self._fresh
+        else:
+            state = load_file(str(Path(path) / "adapter_model.safetensors"), device=self.device)
+        set_peft_model_state_dict(self.model, state)
+        self.loaded_path = path
+        self._new_optimizer()  # moments belong to the weights they were accumulated on
+
+    def save(self, path: Path) -> None:
+        """Save the adapter (safetensors); the weights in memory are now that version's."""
+        self.model.save_pretrained(str(path), safe_serialization=True)
+        self.loaded_path = str(path)
+
+    # --- one batch ---------------------------------------------------------------------------
+
+    def train_batch(self, samples: list[Sample], progress: Progress | None = None) -> BatchResult:
+        """Run `steps_per_batch` optimizer steps on `samples`; returns per-step metrics."""
+        cfg = self.config
+        targets = self._targets(samples)
+        self.model.train()
+        steps = []
+        for step in range(cfg.steps_per_batch):
+            metrics = self._step(targets)
+            steps.append(metrics)
+            log.info("step %d/%d loss %.4f clip %.1f%% kl %.4f entropy %.3f grad %.3f %.0f tok/s",
+                     step + 1, cfg.steps_per_batch, metrics["loss"], 100 * metrics["clip_frac"], metrics["kl"],
+                     metrics["entropy"], metrics["grad_norm"], metrics["tokens_per_s"])
+            if progress is not None:
+                progress(step + 1, cfg.steps_per_batch, metrics)
+        self.model.eval()
+        return BatchResult(steps=steps, per_sample=_summaries(samples, targets))
+
+    @torch.no_grad()
+    def _targets(self, samples: list[Sample]) -> BatchTargets:
+        cfg = self.config
+        self.model.eval()
+        packed = pack([s.prompt_ids for s in samples], [s.response_ids for s in samples], self.device)
+        student = token_stats(self.model, packed, chunk=cfg.logprob_chunk).logprobs
+        with self.model.disable_adapter():
+            ref = token_stats(self.model, packed, chunk=cfg.logprob_chunk).logprobs
+        rl_scores = [s.score for s in samples if s.is_rl]
+        baseline = sum(rl_scores) / len(rl_scores) if (cfg.baseline and rl_scores) else 0.0
+        per_token = [torch.full((len(s.response_ids),), float(s.score - baseline if s.is_rl else 0.0))
+                     for s in samples]
+        rl_adv = cfg.w_rl * torch.cat(per_token).to(self.device)
+        opd_mask = torch.cat([torch.full((len(s.response_ids),), s.is_opd) for s in samples]).to(self.device)
+        opd_adv = torch.zeros_like(rl_adv)
+        out = BatchTargets(packed, _tensor(samples, self.device), ref, rl_adv, rl_adv, opd_adv, opd_mask)
+        hinted = [i for i, s in enumerate(samples) if s.is_opd]
+        if hinted:
+            self._teacher(samples, hinted, student, out)
+        out.advantage = out.rl_adv + out.opd_adv
+        return out
+
+    def _teacher(
+        self, samples: list[Sample], hinted: list[int], student: torch.Tensor, out: BatchTargets
+    ) -> None:
+        """Fill the distillation targets: the hinted context scored on the same response ids."""
+        cfg = self.config
+        t_packed = pack([teacher_prompt_ids(self.tokenizer, samples[i]) for i in hinted],
+                        [samples[i].response_ids for i in hinted], self.device)
+        starts = [sum(out.packed.lengths[:i]) for i in range(len(samples))]
+        positions = torch.cat([torch.arange(starts[i], starts[i] + out.packed.lengths[i]) for i in hinted])
+        positions = positions.to(self.device)
+        with _teacher_weights(self.model, cfg.teacher):
+            if cfg.opd_mode == "token":
+                teacher = token_stats(self.model, t_packed, chunk=cfg.logprob_chunk).logprobs
+                adv = opd_token_advantage(teacher, student[positions], cfg.opd_clip)
+                out.opd_adv = out.opd_adv.index_put((positions,), cfg.w_opd * adv)
+            else:
+                ids, lps = topk_of(self.model, t_packed, cfg.top_k, chunk=cfg.logprob_chunk)
+                n = len(out.packed.targets)
+                out.teacher_ids = torch.zeros((n, cfg.top_k), dtype=ids.dtype, device=self.device)
+                out.teacher_lps = torch.zeros((n, cfg.top_k), dtype=lps.dtype, device=self.device)
+                out.teacher_ids[positions] = ids
+                out.teacher_lps[positions] = lps
+
+    def _step(self, t: BatchTargets) -> dict[str, float]:
+        cfg = self.config
+        start = time.perf_counter()
+        stats: TokenStats = token_stats(
+            self.model, t.packed, chunk=cfg.logprob_chunk, extra_ids=t.teacher_ids
+        )
+        ratio = importance_ratio(stats.logprobs, t.behavior, cfg.ratio_cap)
+        surrogate, clipped = clipped_surrogate(ratio, t.advantage, cfg.eps_low, cfg.eps_high)
+        kl = kl_to_reference(stats.logprobs, t.ref)
+        loss = surrogate.mean() + cfg.kl_coef * kl.mean()
+        topk_kl = torch.zeros(())
+        if t.teacher_lps is not None and stats.extra_logprobs is not None and stats.extra_tail is not None:
+            per_pos = topk_reverse_kl(stats.extra_logprobs, stats.extra_tail, t.teacher_lps,
+                                      tail_logprob(t.teacher_lps))
+            topk_kl = per_pos[t.opd_mask].mean()
+            loss = loss + cfg.w_opd * topk_kl
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        self.optimizer.step()
+        elapsed = time.perf_counter() - start
+        active = t.advantage != 0
+        return {
+            "loss": float(loss.detach()),
+            "entropy": float(stats.entropy.mean()),
+            "clip_frac": float(clipped[active].float().mean()) if active.any() else 0.0,
+            "kl": float(kl.detach().mean()),
+            "topk_kl": float(topk_kl.detach()),
+            "ratio_mean": float(ratio.detach().mean()),
+            "ratio_max": float(ratio.detach().max()),
+            "grad_norm": float(grad_norm),
+            "tokens": int(t.packed.input_ids.shape[1]),
+            "response_tokens": int(t.packed.targets.shape[0]),
+            "tokens_per_s": t.packed.input_ids.shape[1] / elapsed,
+            "seconds": elapsed,
+        }
+
+
+def _tensor(samples: list[Sample], device: str) -> torch.Tensor:
+    return torch.tensor([lp for s in samples for lp in s.behavior_logprobs], device=device)
+
+
+def _teacher_weights(model: Any, teacher: str) -> AbstractContextManager[Any]:
+    """The base model (adapter disabled) or the current adapter, as the teacher."""
+    return model.disable_adapter() if teacher == "base" else nullcontext()
+
+
+def _summaries(samples: list[Sample], t: BatchTargets) -> list[dict[str, Any]]:
+    """What each turn contributed, stored on `Turn.advantage`."""
+    rl = t.packed.split(t.rl_adv.cpu())
+    opd = t.packed.split(t.opd_adv.cpu())
+    return [
+        {"rl": round(float(r.mean()), 4), "opd": round(float(o.mean()), 4), "n_tokens": len(s.response_ids),
+         "score": s.score, "hinted": s.is_opd, "source": s.source}
+        for s, r, o in zip(samples, rl, opd, strict=True)
+    ]
+
+
+SHAPE_FIELDS = ("rank", "alpha", "dropout", "target_modules", "device", "dtype", "seed")
+
+
+@lru_cache(maxsize=1)
+def _cached(model_path: str, shape_json: str) -> Learner:
+    return Learner(model_path, TrainConfig.from_json(json.loads(shape_json)))
+
+
+def cached_learner(model_path: str, config: TrainConfig) -> Learner:
+    """One learner per worker process: loading the model costs more than a step on small batches.
+
+    Keyed by the model and the fields that shape the weights; other fields (lr, loss settings)
+    are applied to the cached learner, so changing them does not reload the model.
+    """
+    shape = {k: getattr(config, k) for k in SHAPE_FIELDS}
+    learner = _cached(model_path, json.dumps(shape, sort_keys=True))
+    learner.configure(config)
+    return learner

@@ -1,0 +1,84 @@
+"""Loss pieces on small hand-made tensors: ratio, clipped surrogate, KL, distillation terms."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from learner.config import TrainConfig
+from learner.losses import (
+    clipped_surrogate,
+    importance_ratio,
+    kl_to_reference,
+    opd_token_advantage,
+    tail_logprob,
+    topk_reverse_kl,
+)
+
+
+def test_ratio_is_one_when_behaviour_equals_policy() -> None:
+    logp = torch.tensor([-0.1, -2.5, -7.0])
+    assert torch.equal(importance_ratio(logp, logp.clone(), cap=2.0), torch.ones(3))
+
+
+def test_ratio_cap_holds_and_blocks_gradient() -> None:
+    logp = torch.tensor([-0.1, -1.0], requires_grad=True)
+    behaviour = torch.tensor([-3.0, -1.2])  # ratios e^2.9 (far above cap) and e^0.2
+    ratio = importance_ratio(logp, behaviour, cap=2.0)
+    assert ratio[0].item() == 2.0
+    assert ratio[1].item() == pytest.approx(math.exp(0.2), rel=1e-5)
+    ratio.sum().backward()
+    assert logp.grad is not None
+    assert logp.grad[0].item() == 0.0 and logp.grad[1].item() > 0
+
+
+def test_clipped_surrogate_cases() -> None:
+    ratio = torch.tensor([1.0, 1.5, 1.5, 0.5, 0.5, 1.1])
+    adv = torch.tensor([1.0, 1.0, -1.0, 1.0, -1.0, -2.0])
+    loss, clipped = clipped_surrogate(ratio, adv, eps_low=0.2, eps_high=0.28)
+    # r=1.5, A>0: capped at 1.28; r=1.5, A<0: unclipped (pessimistic) 1.5; r=0.5, A>0: unclipped 0.5;
+    # r=0.5, A<0: clipped at 0.8; r=1.1 inside the range
+    expected = torch.tensor([-1.0, -1.28, 1.5, -0.5, 0.8, 2.2])
+    assert torch.allclose(loss, expected)
+    assert clipped.tolist() == [False, True, False, False, True, False]
+
+
+def test_clipped_tokens_give_no_gradient() -> None:
+    ratio = torch.tensor([1.5, 1.1], requires_grad=True)
+    loss, _ = clipped_surrogate(ratio, torch.tensor([1.0, 1.0]), 0.2, 0.28)
+    loss.sum().backward()
+    assert ratio.grad is not None and ratio.grad.tolist() == [0.0, -1.0]
+
+
+def test_kl_is_zero_at_reference_and_positive_elsewhere() -> None:
+    logp = torch.tensor([-1.0, -2.0])
+    assert torch.allclose(kl_to_reference(logp, logp), torch.zeros(2))
+    assert (kl_to_reference(logp, logp - 0.5) > 0).all()
+
+
+def test_opd_advantage_is_clipped_difference() -> None:
+    adv = opd_token_advantage(torch.tensor([-1.0, -10.0, -1.0]), torch.tensor([-2.0, -1.0, -9.0]), clip=5.0)
+    assert adv.tolist() == [1.0, -5.0, 5.0]
+
+
+def test_topk_reverse_kl_zero_when_equal_and_reaches_unsampled_tokens() -> None:
+    teacher = torch.log(torch.tensor([[0.6, 0.3]]))
+    same = topk_reverse_kl(teacher, tail_logprob(teacher), teacher, tail_logprob(teacher))
+    assert same.item() == pytest.approx(0.0, abs=1e-6)
+    # the student puts almost nothing on the teacher's second token: the gradient raises it
+    student = torch.log(torch.tensor([[0.6, 0.01]])).requires_grad_(True)
+    kl = topk_reverse_kl(student, tail_logprob(student), teacher, tail_logprob(teacher))
+    assert kl.item() > 0
+    kl.sum().backward()
+    assert student.grad is not None and student.grad[0, 1].item() < 0  # descent raises its logprob
+
+
+def test_config_validation_says_what_to_set() -> None:
+    with pytest.raises(ValueError, match="set token or topk"):
+        TrainConfig(opd_mode="bogus")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ratio_cap"):
+        TrainConfig(ratio_cap=1.1)
+    assert TrainConfig().resolved_lr("cpu") == 1e-4 and TrainConfig().resolved_lr("cuda:0") == 1e-5
+    assert TrainConfig.from_json(TrainConfig(rank=8).to_json()).rank == 8

@@ -1,0 +1,97 @@
+"""Hint distillation on the real SmolLM2-135M: token mode moves the student toward the teacher,
+top-K mode lowers KL to the teacher's top-K distribution, even for a token never sampled."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from peft import PeftModel
+from sqlalchemy.orm import Session, sessionmaker
+
+from core.modelload import load_model
+from core.settings import Settings
+from learner.config import TrainConfig
+from learner.losses import tail_logprob, topk_reverse_kl
+from learner.run import run_train_step
+from learner.samples import teacher_messages
+from tests.learner.factories import TurnMaker
+
+pytestmark = pytest.mark.slow
+
+HINTED = [
+    ("What is the capital of France?", "I am not sure.", "Answer directly: the capital of France is Paris."),
+    ("Say hello to Bob.", "Goodbye.", "Start your reply with 'Hello Bob'."),
+    ("What colour is the sky?", "I cannot say.", "Say that the sky is blue."),
+    ("How many legs does a cat have?", "Cats are nice.", "Answer with the number: four."),
+]
+
+
+def _pairs(maker: TurnMaker) -> list[tuple[list[int], list[int], list[int]]]:
+    """(student prompt, teacher prompt, response) ids per hinted turn."""
+    out = []
+    for user, reply, hint in HINTED:
+        msgs = [{"role": "user", "content": user}]
+        teacher = maker.prompt_ids(teacher_messages(msgs, hint))
+        out.append((maker.prompt_ids(msgs), teacher, maker.response_ids(reply)))
+    return out
+
+
+def _train(settings: Settings, factory: sessionmaker[Session], db: Session, maker: TurnMaker,
+           model_path: str, **cfg: Any) -> Any:
+    for user, reply, hint in HINTED:
+        maker.add(db, user, reply, score=0, hint=hint)
+    db.commit()
+    config = TrainConfig.from_settings(
+        settings, method="opd", teacher="base", lr=3e-4, steps_per_batch=2, **cfg
+    )
+    version = run_train_step(factory, settings, config=config)
+    assert version is not None and version.metrics["n_opd"] == 4 and version.path is not None
+    base = load_model(model_path, device="cpu", dtype="float32")
+    return PeftModel.from_pretrained(base, version.path).eval()
+
+
+def test_token_opd_moves_student_toward_teacher(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    student = _train(settings, session_factory, db, maker, model_path, opd_mode="token")
+    gap_before, gap_after = [], []
+    for prompt, t_prompt, response in _pairs(maker):
+        teacher = torch.tensor(maker.logprobs(t_prompt, response))  # base model, hinted context
+        gap_before.append((teacher - torch.tensor(maker.logprobs(prompt, response))).abs().mean())
+        after = torch.tensor(maker.logprobs(prompt, response, model=student))
+        gap_after.append((teacher - after).abs().mean())
+    assert sum(gap_after) < sum(gap_before)
+
+
+def _topk_kl(student: torch.Tensor, teacher: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    top = teacher.topk(k, dim=-1)
+    s = student.gather(-1, top.indices)
+    return topk_reverse_kl(s, tail_logprob(s), top.values, tail_logprob(top.values)), top.indices
+
+
+def test_topk_opd_lowers_kl_including_unsampled_token(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    k = 8
+    # before training, at the first position of the greeting turn (the student sampled "Goodbye"):
+    # among the teacher's top-K tokens the student did not sample, the one whose logprob the KL's
+    # gradient pushes up hardest, q_j * (KL - log(q_j / p_j)); it must rise after training
+    prompt, t_prompt, response = _pairs(maker)[1]
+    teacher0 = maker.dist(t_prompt, response)[0]
+    student0 = maker.dist(prompt, response)[0]
+    kl0, top = _topk_kl(student0[None], teacher0[None], k)
+    candidates = [int(t) for t in top[0] if int(t) != response[0]]
+    pull = torch.stack([student0[j].exp() * (kl0[0] - (student0[j] - teacher0[j])) for j in candidates])
+    unsampled = candidates[int(pull.argmax())]
+    assert pull.max() > 0 and teacher0[unsampled] > student0[unsampled]
+    kl_before = [_topk_kl(maker.dist(p, r), maker.dist(tp, r), k)[0].mean() for p, tp, r in _pairs(maker)]
+
+    tuned = _train(settings, session_factory, db, maker, model_path, opd_mode="topk", top_k=k)
+    kl_after = [
+        _topk_kl(maker.dist(p, r, tuned), maker.dist(tp, r), k)[0].mean() for p, tp, r in _pairs(maker)
+    ]
+    assert sum(kl_after) < sum(kl_before)
+    student1 = maker.dist(prompt, response, tuned)[0]
+    assert student1[unsampled] > student0[unsampled]

@@ -1,0 +1,98 @@
+"""The one-run guard, stale-lock recovery, the Celery task's no-op path, and the adapters CLI."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from cli import adapters as adapters_cli
+from cli import train as train_cli
+from core.celery_app import TRAIN_TASK, create_celery
+from core.db import make_engine, make_session_factory
+from core.migrate import upgrade
+from core.models import AdapterState, AdapterVersion, utcnow
+from core.pointer import current_version_id
+from core.settings import Settings
+from learner import versions
+from learner.config import TrainConfig
+from tests.learner.factories import TurnMaker
+
+
+def test_guard_allows_one_run_and_recovers_stale_lock(settings: Settings,
+                                                      session_factory: sessionmaker[Session]) -> None:
+    config = TrainConfig()
+    first = versions.acquire(session_factory, settings, config)
+    assert first is not None and first.name.startswith(f"v{first.id}-") and first.state == AdapterState.training
+    assert versions.acquire(session_factory, settings, config) is None  # busy
+    with session_factory() as s:
+        assert s.scalars(select(AdapterVersion)).all() == [s.get(AdapterVersion, first.id)]  # loser removed
+        row = s.get(AdapterVersion, first.id)
+        assert row is not None
+        row.created_at = utcnow() - timedelta(seconds=config.lock_stale_s + 5)  # its worker died
+        s.commit()
+    second = versions.acquire(session_factory, settings, config)
+    assert second is not None and second.id != first.id
+    with session_factory() as s:
+        dead = s.get(AdapterVersion, first.id)
+        assert dead is not None and dead.state == AdapterState.failed and "stale" in dead.metrics["error"]
+    versions.fail(session_factory, second.id, "boom")
+    assert versions.acquire(session_factory, settings, config) is not None  # released by fail()
+
+
+def test_task_is_a_noop_without_a_full_batch(settings: Settings, session_factory: sessionmaker[Session],
+                                             db: Session, maker: TurnMaker) -> None:
+    maker.add(db, "a", "x", score=1)  # one sample; a batch is 4
+    db.commit()
+    app = create_celery(settings)
+    app.loader.import_default_modules()  # what a worker does at start: imports the `include` modules
+    task = app.tasks[TRAIN_TASK]
+    assert task.acks_late and task.time_limit
+    assert task.apply(kwargs={"reason": "test"}).get() == {"trained": False}
+    assert task.apply().get() == {"trained": False}  # and again: idempotent, no rows written
+    assert db.scalars(select(AdapterVersion)).all() == []
+
+
+def test_adapters_cli_promote_and_rollback(tmp_path: Path) -> None:
+    # its own data dir: the CLI migrates the DB itself (the shared fixture would create_all first)
+    settings = Settings(data_dir=tmp_path / "cli", enqueue=False, auto_train=False)
+    run = adapters_cli.run
+    assert run(argparse.Namespace(action="list"), settings) == 0
+    factory = make_session_factory(make_engine(settings.db_url))
+    with factory() as db:
+        for i in (1, 2):
+            db.add(AdapterVersion(name=f"v{i}-abc", state=AdapterState.ready, base_model="m", method="rl"))
+        db.commit()
+        assert run(argparse.Namespace(action="rollback"), settings) == 1  # the base model is served
+        assert run(argparse.Namespace(action="promote", version="v1"), settings) == 0
+        assert run(argparse.Namespace(action="promote", version="v2-abc"), settings) == 0
+        assert run(argparse.Namespace(action="promote", version="v9"), settings) == 1
+        db.expire_all()
+        assert current_version_id(db) == 2
+        assert run(argparse.Namespace(action="rollback"), settings) == 0
+        db.expire_all()
+        assert current_version_id(db) == 1
+        assert db.get(AdapterVersion, 2).state == AdapterState.rolled_back  # type: ignore[union-attr]
+        assert run(argparse.Namespace(action="list"), settings) == 0
+
+
+@pytest.mark.slow
+def test_train_cli_once(tmp_path: Path, model_path: str, maker: TurnMaker) -> None:
+    settings = Settings(data_dir=tmp_path / "cli", enqueue=False, auto_train=False, model=model_path,
+                        device="cpu", train_batch_size=4)
+    upgrade(settings.db_url)  # what `train` does itself; here first, so the turn can be inserted
+    factory = make_session_factory(make_engine(settings.db_url))
+    with factory() as db:
+        maker.add(db, "Say hi.", "Hi!", score=1)
+        db.commit()
+    args = argparse.Namespace(once=True, force=False, steps=None, no_publish=False)
+    assert train_cli.run(args, settings) == 1  # one sample, a batch is 4
+    assert train_cli.run(argparse.Namespace(**{**vars(args), "force": True}), settings) == 0
+    with factory() as db:
+        (row,) = db.scalars(select(AdapterVersion)).all()
+        assert row.state == AdapterState.published and row.n_samples == 1 and row.metrics["reason"] == "cli"
+        assert current_version_id(db) == row.id
