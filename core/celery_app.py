@@ -36,7 +36,8 @@ def create_celery(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": 3600},
+        # Kombu's SQLAlchemy transport passes transport options on to create_engine, which rejects them
+        broker_transport_options={} if broker.startswith("sqla+") else {"visibility_timeout": 3600},
         worker_hijack_root_logger=False,
     )
     app.conf.learnproxy_settings = settings  # tasks read the settings the app was built with

@@ -1,0 +1,73 @@
+"""Hints for clear mistakes: what the response should have done, drawn from the next state.
+
+m samples of `hint_prompt.txt`; a sample counts when its last boxed value is 1 and it carries a
+`[HINT_START]...[HINT_END]` span of at least `hint_min_chars`. The chosen hint is the longest valid
+one (OpenClaw-RL's rule) or the shortest (`hint_select`). With no valid hint, the user's own
+correcting words can serve (`hint_from_correction`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core.settings import Settings
+from judges.client import JudgeClient
+from judges.prm import VoteResult, parse_score
+from judges.prompts import JudgeInput, cut, load_template, prompt_values
+
+HINT_TEMPLATE = "hint"
+_HINT = re.compile(r"\[HINT_START\](.*?)\[HINT_END\]", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class HintChoice:
+    hint: str | None
+    source: str | None  # judge or correction
+
+
+def parse_hint(raw: str, min_chars: int) -> str | None:
+    """The last hint span of a sample whose last boxed value is 1, if long enough; else None."""
+    if parse_score(raw) != 1:
+        return None
+    spans = _HINT.findall(raw)
+    if not spans:
+        return None
+    hint = " ".join(spans[-1].split())
+    return hint if len(hint) >= min_chars else None
+
+
+def select_hint(candidates: Sequence[str | None], mode: str, min_chars: int) -> str | None:
+    valid = [c for c in candidates if c is not None and len(c) >= min_chars]
+    if not valid:
+        return None
+    return max(valid, key=len) if mode == "longest" else min(valid, key=len)
+
+
+def hint_votes(client: JudgeClient, settings: Settings, inp: JudgeInput) -> list[VoteResult]:
+    template = load_template(HINT_TEMPLATE)
+    prompt = template.render(**prompt_values(inp, settings.judge_max_input_chars))
+    completions = client.complete_many(
+        [{"role": "user", "content": prompt}],
+        settings.judge_votes,
+        temperature=settings.judge_temperature,
+        max_tokens=settings.judge_max_tokens,
+    )
+    return [
+        VoteResult(
+            i, c.text, parse_score(c.text), parse_hint(c.text, settings.hint_min_chars),
+            c.model, template.name, template.version, c.latency_ms,
+        )
+        for i, c in enumerate(completions)
+    ]
+
+
+def choose_hint(votes: Sequence[VoteResult], inp: JudgeInput, settings: Settings) -> HintChoice:
+    hint = select_hint([v.hint for v in votes], settings.hint_select, settings.hint_min_chars)
+    if hint is not None:
+        return HintChoice(hint, "judge")
+    reply = inp.user_reply
+    if settings.hint_from_correction and reply and len(reply.strip()) >= settings.hint_min_chars:
+        return HintChoice(cut(reply.strip(), settings.judge_max_input_chars), "correction")
+    return HintChoice(None, None)

@@ -1,0 +1,237 @@
+"""`judges.pipeline.judge_turn`, the plain function behind the Celery task, on a real SQLite file.
+
+The judge endpoint is the scripted OpenAI-compatible server of `conftest.py`, standing in for a
+remote judge at the network edge. The reaction stage is off here except where it is the subject
+(it has its own tests), so these tests pin down the votes, hints and lifecycle.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from core.models import Turn, TurnStatus, Vote
+from core.settings import Settings
+from judges.client import JudgeClient, JudgeUnavailable
+from judges.pipeline import judge_turn
+from judges.prompts import load_template
+from tests.judges.conftest import HINT, PRM_NO, PRM_YES, ScriptedJudge, add_turn, tool_call
+
+OK_STATE = [{"role": "tool", "tool_call_id": "call_1", "content": "port: 8080"},
+            {"role": "user", "content": "what about the host?"}]
+ERROR_STATE = [{"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"error": "ENOENT: config.yml"})}]
+
+
+@pytest.fixture
+def judge_settings(settings: Settings, judge_server: ScriptedJudge) -> Settings:
+    return settings.model_copy(update={"judge_url": judge_server.url, "judge_reaction": False})
+
+
+@pytest.fixture
+def client(judge_settings: Settings) -> Iterator[JudgeClient]:
+    c = JudgeClient.from_settings(judge_settings)
+    yield c
+    c.close()
+
+
+def votes_of(db: Session, turn_id: int, kind: str = "prm") -> list[Vote]:
+    db.expire_all()
+    return list(db.scalars(select(Vote).where(Vote.turn_id == turn_id, Vote.kind == kind).order_by(Vote.vote_index)))
+
+
+def test_votes_are_stored_with_raw_text_model_template_and_latency(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    judge_server.prm = [PRM_YES, PRM_YES, "I am not sure."]
+    turn_id = add_turn(db, next_state=OK_STATE, tool_calls=tool_call("read", '{"path": "config.yml"}'))
+    outcome = judge_turn(session_factory, client, judge_settings, turn_id)
+    assert (outcome.action, outcome.score, outcome.source) == ("judged", 1, "votes")
+    votes = votes_of(db, turn_id)
+    assert sorted(v.score for v in votes if v.score is not None) == [1, 1]
+    assert [v.score for v in votes].count(None) == 1  # the unparseable vote is kept, as None
+    template = load_template("prm")
+    for v in votes:
+        assert v.judge_model == judge_settings.judge_model_name
+        assert (v.template_name, v.template_version) == ("prm", template.version)
+        assert v.latency_ms > 0 and v.raw_text
+    turn = db.get(Turn, turn_id)
+    assert turn is not None and turn.status == TurnStatus.judged and turn.judge_status == "ok"
+    # the judge saw the request, the tool call and the next state, and was told not to log the call
+    prompt = judge_server.requests[0]["messages"][0]["content"]
+    assert "Read config.yml" in prompt and "[tool call] read" in prompt and "port: 8080" in prompt
+    assert judge_server.headers[0]["x-turn-type"] == "internal"
+    assert judge_server.requests[0]["temperature"] == judge_settings.judge_temperature
+
+
+def test_running_twice_is_a_no_op_and_a_forced_rerun_upserts(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    turn_id = add_turn(db, next_state=OK_STATE)
+    judge_turn(session_factory, client, judge_settings, turn_id)
+    first = [(v.id, v.vote_index, v.raw_text) for v in votes_of(db, turn_id)]
+    assert judge_turn(session_factory, client, judge_settings, turn_id).action == "already"
+    assert [(v.id, v.vote_index, v.raw_text) for v in votes_of(db, turn_id)] == first
+    assert len(judge_server.requests) == judge_settings.judge_votes  # no new judge calls
+    # a redelivery after a crash finds the turn back in `ready`: votes are overwritten, not added
+    turn = db.get(Turn, turn_id)
+    assert turn is not None
+    turn.status = TurnStatus.ready
+    db.commit()
+    judge_server.prm = [PRM_NO]
+    assert judge_turn(session_factory, client, judge_settings, turn_id).score == -1
+    again = votes_of(db, turn_id)
+    assert len(again) == judge_settings.judge_votes
+    assert [v.id for v in again] == [v[0] for v in first] and {v.score for v in again} == {-1}
+
+
+def test_tool_error_scores_by_signal_then_asks_for_hints(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    short = "\\boxed{1}\n[HINT_START]Read config.yaml.[HINT_END]"
+    judge_server.hint = [HINT, short, "\\boxed{-1}"]
+    turn_id = add_turn(db, next_state=ERROR_STATE, tool_calls=tool_call("read", '{"path": "config.yml"}'))
+    outcome = judge_turn(session_factory, client, judge_settings, turn_id)
+    assert (outcome.score, outcome.source) == (-1, "signal")
+    assert {k for k in judge_server.kinds()} == {"hint"}  # no PRM votes spent on a signalled turn
+    turn = db.get(Turn, turn_id)
+    assert turn is not None and turn.status == TurnStatus.hinted and "ENOENT" in (turn.score_reason or "")
+    assert turn.hint_source == "judge" and turn.hint is not None and turn.hint.startswith("The file is config.yaml")
+    hints = votes_of(db, turn_id, "hint")
+    assert len(hints) == 3 and sum(h.hint is not None for h in hints) == 2
+
+
+def test_shortest_hint_selection(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    judge_server.hint = [HINT, "\\boxed{1}\n[HINT_START]Read config.yaml.[HINT_END]",
+                         "\\boxed{1} [HINT_START]no[HINT_END]"]
+    turn_id = add_turn(db, next_state=ERROR_STATE)
+    shortest = judge_settings.model_copy(update={"hint_select": "shortest"})
+    judge_turn(session_factory, client, shortest, turn_id)
+    turn = db.get(Turn, turn_id)
+    assert turn is not None and turn.hint == "Read config.yaml."  # "no" is under hint_min_chars
+
+
+def test_correction_becomes_the_hint_when_the_judge_has_none(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    judge_server.prm = [PRM_NO]
+    judge_server.hint = ["\\boxed{-1}", "nothing to add"]
+    reply = "No, the port is in config.yaml under server.port"
+    turn_id = add_turn(db, next_state=[{"role": "user", "content": reply}])
+    outcome = judge_turn(session_factory, client, judge_settings, turn_id)
+    assert (outcome.score, outcome.source, outcome.action) == (-1, "votes", "hinted")
+    turn = db.get(Turn, turn_id)
+    assert turn is not None and (turn.hint, turn.hint_source) == (reply, "correction")
+    # with the setting off, the turn gets no hint and stays merely judged
+    off = judge_settings.model_copy(update={"hint_from_correction": False})
+    other = add_turn(db, next_state=[{"role": "user", "content": reply}])
+    assert judge_turn(session_factory, client, off, other).action == "judged"
+
+
+def test_split_votes_are_no_clear_mistake_and_ask_no_hint(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    judge_server.prm = [PRM_NO, PRM_NO, "garbled"]
+    turn_id = add_turn(db, next_state=OK_STATE)
+    assert judge_turn(session_factory, client, judge_settings, turn_id).score == -1
+    assert "hint" in judge_server.kinds()  # all *valid* votes agree: a clear mistake
+    judge_server.requests.clear()
+    judge_server.prm = [PRM_NO, PRM_YES, PRM_NO]
+    other = add_turn(db, next_state=OK_STATE)
+    assert judge_turn(session_factory, client, judge_settings, other).score == -1
+    assert "hint" not in judge_server.kinds()  # 2 of 3: negative, but not clear enough for a hint
+
+
+def test_unparsed_votes_score_zero_with_status_unparsed(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    judge_server.prm = ["I think it is fine", "\\boxed{maybe}"]
+    turn_id = add_turn(db, next_state=OK_STATE)
+    outcome = judge_turn(session_factory, client, judge_settings, turn_id)
+    turn = db.get(Turn, turn_id)
+    assert outcome.score == 0 and turn is not None and turn.judge_status == "unparsed"
+    assert all(v.score is None for v in votes_of(db, turn_id))
+
+
+def test_endpoint_down_puts_the_turn_back_to_ready(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    judge_server.status = 503
+    turn_id = add_turn(db, next_state=OK_STATE)
+    with pytest.raises(JudgeUnavailable):
+        judge_turn(session_factory, client, judge_settings, turn_id)
+    db.expire_all()
+    turn = db.get(Turn, turn_id)
+    assert turn is not None and turn.status == TurnStatus.ready and turn.score is None
+    judge_server.status = 200  # back up: the retry judges it
+    assert judge_turn(session_factory, client, judge_settings, turn_id).action == "judged"
+
+
+def test_unreachable_endpoint_is_retryable(
+    db: Session, session_factory: sessionmaker[Session], judge_settings: Settings
+) -> None:
+    down = judge_settings.model_copy(update={"judge_url": "http://127.0.0.1:9/v1", "judge_timeout_s": 2.0})
+    turn_id = add_turn(db, next_state=OK_STATE)
+    c = JudgeClient.from_settings(down)
+    try:
+        with pytest.raises(JudgeUnavailable):
+            judge_turn(session_factory, c, down, turn_id)
+    finally:
+        c.close()
+    db.expire_all()
+    assert db.get(Turn, turn_id).status == TurnStatus.ready  # type: ignore[union-attr]
+
+
+def test_side_turns_and_turns_without_next_state_are_not_judged(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    side = add_turn(db, next_state=OK_STATE, turn_type="side")
+    last = add_turn(db, next_state=None, status=TurnStatus.awaiting_next_state)
+    assert judge_turn(session_factory, client, judge_settings, side).action == "skipped"
+    assert judge_turn(session_factory, client, judge_settings, last).action == "no_next_state"
+    assert judge_turn(session_factory, client, judge_settings, 10_000).action == "missing"
+    db.expire_all()
+    assert db.get(Turn, side).status == TurnStatus.skipped  # type: ignore[union-attr]
+    assert db.get(Turn, last).status == TurnStatus.awaiting_next_state  # type: ignore[union-attr]
+    assert judge_server.requests == []
+
+
+def test_a_fresh_claim_is_respected_and_a_stale_one_taken_over(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+) -> None:
+    turn_id = add_turn(db, next_state=OK_STATE)
+    turn = db.get(Turn, turn_id)
+    assert turn is not None
+    from core.models import utcnow
+
+    turn.status, turn.judged_at = TurnStatus.judging, utcnow()
+    db.commit()
+    assert judge_turn(session_factory, client, judge_settings, turn_id).action == "busy"
+    assert judge_turn(session_factory, client, judge_settings, turn_id, stale_after_s=0).action == "judged"
+
+
+def test_stages_can_be_switched_off(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    no_signals = judge_settings.model_copy(update={"judge_signals": False})
+    turn_id = add_turn(db, next_state=ERROR_STATE)
+    assert judge_turn(session_factory, client, no_signals, turn_id).source == "votes"
+    nothing = judge_settings.model_copy(update={"judge_signals": False, "judge_llm_votes": False})
+    other = add_turn(db, next_state=ERROR_STATE)
+    outcome = judge_turn(session_factory, client, nothing, other)
+    assert (outcome.score, outcome.source) == (0, "none")

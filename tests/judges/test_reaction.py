@@ -1,0 +1,77 @@
+"""The reaction classifier on the real all-MiniLM-L6-v2, against phrasings it was not trained on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from judges.reaction import load_examples, load_reaction_classifier
+
+pytestmark = pytest.mark.slow
+
+# Written apart from judges/data/reactions.jsonl; none of these lines is in it (checked below).
+HELD_OUT_APPROVALS = [
+    "cheers, that sorted it",
+    "brilliant, works perfectly now",
+    "thank you, exactly right",
+    "yes that's correct, thanks a bunch",
+    "great stuff, the deploy went through",
+    "that's perfect, thanks!",
+]
+HELD_OUT_CORRECTIONS = [
+    "no, you got the units wrong, redo it in metres",
+    "that is not what I asked, read my message again",
+    "this still doesn't work, same failure as before",
+    "wrong again, it's the other file",
+    "you did not do what i asked",
+    "incorrect, the answer is 12",
+]
+HELD_OUT_NEUTRAL = [
+    "What license is this project under?",
+    "how would this look in Rust?",
+]
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    return load_reaction_classifier(tmp_path_factory.mktemp("judges"))
+
+
+def test_held_out_phrasings_are_truly_held_out() -> None:
+    seen = {e["text"].lower() for e in load_examples()}
+    for text in HELD_OUT_APPROVALS + HELD_OUT_CORRECTIONS + HELD_OUT_NEUTRAL:
+        assert text.lower() not in seen
+
+
+def test_the_shipped_training_set_is_large_and_varied() -> None:
+    examples = load_examples()
+    assert len(examples) >= 150
+    by_label = {label: sum(1 for e in examples if e["label"] == label) for label in (-1, 0, 1)}
+    assert min(by_label.values()) >= 30, by_label
+
+
+def test_confident_decisions_on_unseen_replies_are_right(classifier) -> None:  # type: ignore[no-untyped-def]
+    approvals = [classifier.classify(t) for t in HELD_OUT_APPROVALS]
+    corrections = [classifier.classify(t) for t in HELD_OUT_CORRECTIONS]
+    # never a confident wrong sign ...
+    assert all(r.score in (1, None) for r in approvals), approvals
+    assert all(r.score in (-1, None) for r in corrections), corrections
+    # ... and most clear cases decided
+    assert sum(r.score == 1 for r in approvals) >= 4, approvals
+    assert sum(r.score == -1 for r in corrections) >= 4, corrections
+
+
+def test_neutral_questions_are_left_to_the_votes(classifier) -> None:  # type: ignore[no-untyped-def]
+    for text in HELD_OUT_NEUTRAL:
+        assert classifier.classify(text).score is None, text
+
+
+def test_the_trained_weights_are_cached_on_disk(tmp_path: Path) -> None:
+    load_reaction_classifier(tmp_path)
+    cached = list(tmp_path.glob("reaction-*.npz"))
+    assert len(cached) == 1
+    mtime = cached[0].stat().st_mtime_ns
+    load_reaction_classifier.cache_clear()  # a new process: reads the file instead of training
+    load_reaction_classifier(tmp_path)
+    assert cached[0].stat().st_mtime_ns == mtime and len(list(tmp_path.glob("reaction-*.npz"))) == 1
