@@ -1,7 +1,8 @@
-"""`learnproxy serve`: the proxy (with the review UI) and, with --with-worker, one Celery worker.
+"""`learnproxy serve`: the proxy (with the review UI) and, with --with-worker, its Celery workers.
 
-The worker runs as a child process with the same settings, so judging and training happen with no
-extra command; `learnproxy worker` starts more anywhere.
+With --with-worker, one judge worker and one train worker run as child processes with the same
+settings, so judging and training happen with no extra command, and a long training step never
+holds up judging. `learnproxy worker` starts more anywhere.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def register(sub: Any) -> None:
     p.add_argument("--host", help="override LEARNPROXY_HOST")
     p.add_argument("--port", type=int, help="override LEARNPROXY_PORT")
     p.add_argument("--model", help="override LEARNPROXY_MODEL: the bundled default, an HF id or a path")
-    p.add_argument("--with-worker", action="store_true", help="also start one Celery worker (judge, train)")
+    p.add_argument("--with-worker", action="store_true", help="also start a judge worker and a train worker")
     p.set_defaults(func=run)
 
 
@@ -49,10 +50,23 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def start_worker(settings: Settings) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "cli.main", "worker", "--queues", "judge,train"]
-    log.info("starting a worker: %s", " ".join(cmd))
-    return subprocess.Popen(cmd, env=settings_env(settings))
+def start_workers(settings: Settings) -> list[subprocess.Popen[bytes]]:
+    workers = []
+    for queue in ("judge", "train"):
+        cmd = [sys.executable, "-m", "cli.main", "worker", "--queues", queue, "--hostname", f"{queue}-%h"]
+        log.info("starting a worker: %s", " ".join(cmd))
+        workers.append(subprocess.Popen(cmd, env=settings_env(settings)))
+    return workers
+
+
+def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+    for worker in workers:
+        worker.terminate()  # Celery's warm shutdown: running tasks finish, unacked ones come back
+    for worker in workers:
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -63,7 +77,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     settings = overridden(settings, args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.db_url)
-    worker = start_worker(settings) if args.with_worker else None
+    workers = start_workers(settings) if args.with_worker else []
     try:
         config = uvicorn.Config(
             build_app(settings), host=settings.host, port=settings.port,
@@ -71,10 +85,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
         uvicorn.Server(config).run()
     finally:
-        if worker is not None:
-            worker.terminate()
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+        stop_workers(workers)
     return 0
