@@ -67,7 +67,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.which == "learn":
         from bench.learn.runner import main as learn_main
 
-        return learn_main(list(args.rest), settings)
+        return learn_main((["--quick"] if args.quick else []) + list(args.rest), settings)
     names = list(SECTIONS) if args.which == "all" else [args.which]
     failed = 0
     for name in names:

@@ -1,0 +1,222 @@
+"""Tables, PNG plots and raw JSON for the learning benchmark.
+
+`render(results)` returns the markdown section for docs/BENCHMARKS.md; `write(results, out_dir)`
+saves the raw results under `learn_results/` and one plot per user under `img/`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+IMPROVEMENT_MARGIN = 0.1  # a rise of at least this much over the base counts as an improvement
+
+
+def _tag(results: dict[str, Any]) -> str:
+    return f"learn_{results.get('mode', 'full')}_seed{results['plan']['seeds'][0]}"
+
+
+def _runs(results: dict[str, Any], method: str, user: str) -> list[dict[str, Any]]:
+    trained_on = None if method == "off" else user
+    return [r for r in results["runs"] if r["method"] == method and r["trained_on"] == trained_on]
+
+
+def _value(point: dict[str, Any], user: str) -> float | None:
+    ev = point["evals"].get(user)
+    return None if ev is None else float(ev["satisfaction"])
+
+
+def curve(run: dict[str, Any], user: str) -> list[tuple[int, float]]:
+    """(interactions, satisfaction on `user`'s held-out pool) for each evaluated version of a run."""
+    return [(p["interactions"], v) for p in run["points"] if (v := _value(p, user)) is not None]
+
+
+def at(points: list[tuple[int, float]], x: int, *, last: bool = False) -> float | None:
+    """The satisfaction of the version served after `x` interactions (a step function). `last`
+    takes the run's final version: sessions end whole, so a run can overshoot its planned count."""
+    seen = [v for px, v in points if px <= x or last]
+    return seen[-1] if seen else None
+
+
+def first_improvement(points: list[tuple[int, float]]) -> int | None:
+    if not points:
+        return None
+    base = points[0][1]
+    return next((x for x, v in points[1:] if v >= base + IMPROVEMENT_MARGIN), None)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    clean = [v for v in values if v is not None]
+    return statistics.mean(clean) if clean else None
+
+
+def _fmt(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}"
+
+
+def specific_gain(results: dict[str, Any], method: str, user: str) -> float | None:
+    """Target run's final held-out rate on `user`'s rule minus the control run's, mean over seeds."""
+    from bench.learn.users import control_for
+
+    control = control_for(results["plan"]["users"], user)
+    if control is None or method == "off":
+        return None
+    gains: list[float | None] = []
+    for target in _runs(results, method, user):
+        ctrl = [r for r in _runs(results, method, control) if r["seed"] == target["seed"]]
+        t_curve, c_curve = curve(target, user), curve(ctrl[0], user) if ctrl else []
+        if t_curve and c_curve:
+            gains.append(t_curve[-1][1] - c_curve[-1][1])
+    return _mean(gains)
+
+
+def _methods(results: dict[str, Any]) -> list[str]:
+    return list(results["plan"]["methods"])
+
+
+def _grid(plan: dict[str, Any]) -> list[int]:
+    """The interaction counts the tables and plots report on: every block, and the end."""
+    return sorted({0, *range(plan["eval_every"], plan["interactions"] + 1, plan["eval_every"]),
+                   plan["interactions"]})
+
+
+def user_table(results: dict[str, Any], user: str) -> str:
+    plan = results["plan"]
+    grid = _grid(plan)
+    methods = _methods(results)
+    lines = ["| interactions | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    for x in grid:
+        cells = [_fmt(_mean([at(curve(r, user), x, last=x == grid[-1]) for r in _runs(results, m, user)]))
+                 for m in methods]
+        lines.append(f"| {x} | " + " | ".join(cells) + " |")
+    firsts = []
+    for m in methods:
+        xs = [first_improvement(curve(r, user)) for r in _runs(results, m, user)]
+        found = [x for x in xs if x is not None]
+        median = f"{statistics.median(found):.0f}" if found else "never"
+        firsts.append(f"{median} ({len(found)}/{len(xs)} runs)")
+    gains = [_fmt(specific_gain(results, m, user)) for m in methods]
+    lines.append("| first improvement | " + " | ".join(firsts) + " |")
+    lines.append("| specific gain | " + " | ".join(gains) + " |")
+    guards = [_mean([_final_eval(r, user, "guard_rate") for r in _runs(results, m, user)]) for m in methods]
+    lines.append("| quality guard (final) | " + " | ".join(_fmt(g) for g in guards) + " |")
+    return "\n".join(lines)
+
+
+def _final_eval(run: dict[str, Any], user: str, key: str) -> float | None:
+    for p in reversed(run["points"]):
+        if user in p["evals"]:
+            return float(p["evals"][user].get(key, 0.0))
+    return None
+
+
+def judge_table(results: dict[str, Any]) -> str:
+    lines = ["| run | interactions | gold bad | judge agrees (all) | agrees (decided) | decided by |",
+             "|---|---|---|---|---|---|"]
+    for r in results["runs"]:
+        j = r.get("judge") or {}
+        src = ", ".join(f"{k} {v}" for k, v in sorted((j.get("score_source") or {}).items()))
+        name = f"{r['method']} / {r['trained_on'] or 'all users'} / seed {r['seed']}"
+        lines.append(f"| {name} | {j.get('n', 0)} | {_fmt(j.get('gold_bad_rate'))} | "
+                     f"{_fmt(j.get('agreement'))} | {_fmt(j.get('agreement_decided'))} | {src or '—'} |")
+    return "\n".join(lines)
+
+
+def hinted_table(results: dict[str, Any]) -> str:
+    base, hinted = results.get("baseline") or {"evals": {}}, results.get("hinted") or {}
+    lines = ["| user | base | base with the hint in the prompt | guard pass (hinted) |", "|---|---|---|---|"]
+    for user, ev in hinted.items():
+        b = base["evals"].get(user, {}).get("satisfaction")
+        lines.append(f"| {user} | {_fmt(b)} | {_fmt(ev['satisfaction'])} | {_fmt(ev['guard_rate'])} |")
+    return "\n".join(lines)
+
+
+def render(results: dict[str, Any]) -> str:
+    """The markdown section: one table per user, the judge's reliability, the hinted ceiling."""
+    from bench.learn.users import all_users
+
+    plan, guard = results["plan"], results["guard"]
+    users = all_users()
+    seeds = ", ".join(map(str, plan["seeds"]))
+    out = ["### Learning from simulated users", "",
+           f"Command: `{results['command']}` · seeds {seeds} · {plan['interactions']} training "
+           f"interactions per run · {results.get('elapsed_s', 0):.0f} s in all. Held-out satisfaction is the "
+           f"user's own rule on replies that pass the quality guard, greedy, as side turns; `off` is the "
+           f"untouched base. Raw results: `docs/learn_results/{_tag(results)}.json`.", ""]
+    errors = [f"{r['method']}/{r['trained_on']}/seed {r['seed']}: {r['error']}"
+              for r in results["runs"] if r["error"]]
+    if errors:
+        out += ["**Runs that failed:** " + "; ".join(errors), ""]
+    for user in plan["users"]:
+        metric = "valid first tool call rate" if users[user].tools else "satisfaction"
+        out += [f"#### {user}: {users[user].description}", "",
+                f"Held-out {metric} against interactions (mean over seeds).", "",
+                user_table(results, user), "", f"![{user}](img/{_tag(results)}_{user}.png)", ""]
+    out += ["#### Hinted-teacher compliance (the ceiling of hint distillation)", "",
+            hinted_table(results), "",
+            "#### Judge against the simulator's ground truth (training turns)", "", judge_table(results), "",
+            f"Quality guard: all-MiniLM-L6-v2 relevance ≥ {guard['threshold']:.3f} plus length, echo and "
+            f"repetition checks; threshold fitted on {guard['n_fit']} hand-labelled examples (accuracy "
+            f"{guard['accuracy_fit']:.2f}), {guard['accuracy_heldout']:.2f} on {guard['n_heldout']} others "
+            f"it never saw.", "",
+            f"Limits: {len(plan['seeds'])} seed(s), {plan['heldout_per_user'] or 'all'} held-out prompts per "
+            f"user (one prompt moves a rate by 1/n), {plan['max_tokens']}-token replies from SmolLM2-135M on "
+            f"CPU; the judge is the same 135M model behind the reaction classifier."]
+    return "\n".join(out)
+
+
+def _nan(v: float | None) -> float:
+    return float("nan") if v is None else v
+
+
+def plot(results: dict[str, Any], user: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    grid = _grid(results["plan"])
+    for k, method in enumerate(_methods(results)):
+        runs = _runs(results, method, user)
+        for run in runs if len(runs) > 1 else []:  # each seed faintly, the mean boldly
+            ys = [_nan(at(curve(run, user), x, last=x == grid[-1])) for x in grid]
+            ax.plot(grid, ys, color=f"C{k}", alpha=0.25, linewidth=1)
+        mean = [_mean([at(curve(r, user), x, last=x == grid[-1]) for r in runs]) for x in grid]
+        if any(v is not None for v in mean):
+            ax.plot(grid, [_nan(v) for v in mean], color=f"C{k}", marker="o", linewidth=2, label=method)
+    ax.set(xlabel="training interactions", ylabel="held-out satisfaction", ylim=(-0.02, 1.02),
+           title=f"{user} (seeds {', '.join(map(str, results['plan']['seeds']))})")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from several runs of the same plan with different seeds (for the headline means)."""
+    first = parts[0]
+    seeds = sorted({s for p in parts for s in p["plan"]["seeds"]})
+    plan = {**first["plan"], "seeds": seeds}
+    return {**first, "mode": "merged", "plan": plan, "command": "; ".join(p["command"] for p in parts),
+            "runs": [r for p in parts for r in p["runs"]],
+            "elapsed_s": sum(p.get("elapsed_s", 0.0) for p in parts)}
+
+
+def write(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Save the raw JSON and the plots; returns the paths written."""
+    tag = _tag(results)
+    raw = out_dir / "learn_results" / f"{tag}.json"
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps(results, indent=1, default=str))
+    written = [raw]
+    for user in results["plan"]["users"]:
+        path = out_dir / "img" / f"{tag}_{user}.png"
+        plot(results, user, path)
+        written.append(path)
+    (out_dir / "learn_results" / f"{tag}.md").write_text(render(results) + "\n")
+    return written

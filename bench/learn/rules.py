@@ -1,0 +1,78 @@
+"""Ground-truth checks for the simulated users' hidden preferences.
+
+Each check returns the list of violations it found (empty: the rule is met). A violation carries a
+code the simulator turns into a natural-language correction. These checks are the benchmark's
+ground truth; the judge never sees them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+HEADING = re.compile(r"^\s{0,3}#{1,6}\s", re.M)
+BOLD_HEADING = re.compile(r"^\s*\*\*[^*\n]{1,80}\*\*:?\s*$", re.M)
+BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)])\s+\S", re.M)
+AI_OPENERS = ("certainly", "sure!", "sure,", "of course", "absolutely", "great question", "as an ai")
+SCORE_LINE = re.compile(r"^Score: (10|[0-9])/10$")
+# A sentence ends at . ! or ? followed by space or the end, so decimals like 3.5 do not split.
+SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
+WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One way a reply broke a user's rule: a stable code and a short description."""
+
+    code: str
+    detail: str
+
+
+def sentences(text: str) -> list[str]:
+    """Split prose into sentences; a trailing fragment without a full stop counts as one."""
+    parts = [p.strip() for p in SENTENCE_END.split(text.strip().replace("\n", " "))]
+    return [p for p in parts if WORD.search(p)]
+
+
+def words(text: str) -> list[str]:
+    return WORD.findall(text)
+
+
+def check_student(text: str, *, max_sentences: int = 3) -> list[Violation]:
+    """Homework help that must not look AI-written: no headings, no lists, no stock opener, short."""
+    found: list[Violation] = []
+    if HEADING.search(text) or BOLD_HEADING.search(text):
+        found.append(Violation("heading", "uses markdown headings"))
+    if BULLET.search(text):
+        found.append(Violation("list", "uses a bullet or numbered list"))
+    if text.strip().lower().startswith(AI_OPENERS):
+        found.append(Violation("opener", "opens with a stock chatbot phrase"))
+    n = len(sentences(text))
+    if n > max_sentences:
+        found.append(Violation("too_long", f"{n} sentences, more than {max_sentences}"))
+    return found
+
+
+def check_teacher(text: str) -> list[Violation]:
+    """A grading reply: exactly `Score: X/10` on the first line, then exactly one sentence."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines or not SCORE_LINE.match(lines[0]):
+        return [Violation("score_line", "the first line is not 'Score: X/10'")]
+    rest = " ".join(lines[1:])
+    n = len(sentences(rest))
+    if n == 0:
+        return [Violation("no_reason", "no sentence after the score")]
+    if n > 1:
+        return [Violation("too_long", f"{n} sentences after the score, not one")]
+    return []
+
+
+def check_brief(text: str, *, max_words: int = 25) -> list[Violation]:
+    """A busy reader: at most `max_words` words, in plain prose (no lists)."""
+    found: list[Violation] = []
+    n = len(words(text))
+    if n > max_words:
+        found.append(Violation("too_long", f"{n} words, more than {max_words}"))
+    if BULLET.search(text):
+        found.append(Violation("list", "uses a list"))
+    return found

@@ -1,0 +1,302 @@
+"""`learnproxy bench learn`: learning curves of off, rl, opd and combined against simulated users.
+
+For each (method, trained-on user, seed) the runner starts a fresh `learnproxy serve --with-worker`
+on the embedded defaults, drives training sessions through it with the `openai` client, and after
+each new adapter version evaluates every held-out pool greedily as side turns. After the run it
+reads the feedback DB (read-only) to grade the judge against the simulator's ground truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from openai import OpenAI
+
+from bench.learn import report
+from bench.learn.judging import judge_agreement, wait_for_judging
+from bench.learn.quality import QualityGuard
+from bench.learn.server import Server, child_settings
+from bench.learn.sim import Chat, Truth, cycle, evaluate, session
+from bench.learn.users import Prompt, User, all_users, control_for
+from core.settings import Settings
+
+METHODS = ("off", "rl", "opd", "combined")
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How big a run is. Training hyperparameters are not here: they belong to the learner."""
+
+    users: tuple[str, ...]  # one training run per user, per method and seed
+    eval_users: tuple[str, ...]  # held-out pools checked at every point
+    methods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    interactions: int  # training interactions (assistant turns that got a next state) per run
+    eval_every: int  # look for a new adapter version after this many interactions
+    off_interactions: int  # traffic in the off run, only to measure the judge
+    heldout_per_user: int  # 0: the whole held-out pool
+    max_tokens: int
+    temperature: float  # sampling temperature of training turns
+    concurrency: int  # simulated sessions in flight at once
+    version_wait_s: float  # how long to wait for a new version after each block
+
+    @classmethod
+    def quick(cls, method: str, seed: int) -> Plan:
+        methods = ("off", "combined") if method == "all" else (method,)
+        return cls(users=("student",), eval_users=("student",), methods=methods, seeds=(seed,),
+                   interactions=32, eval_every=16, off_interactions=8, heldout_per_user=8, max_tokens=64,
+                   temperature=0.8, concurrency=4, version_wait_s=90.0)
+
+    @classmethod
+    def full(cls, method: str, seed: int, n_seeds: int) -> Plan:
+        users = tuple(all_users())
+        methods = METHODS if method == "all" else (method,)
+        return cls(users=users, eval_users=users, methods=methods,
+                   seeds=tuple(seed + i for i in range(n_seeds)), interactions=64, eval_every=16,
+                   off_interactions=16, heldout_per_user=8, max_tokens=64, temperature=0.8, concurrency=4,
+                   version_wait_s=120.0)
+
+
+class Locked:
+    """A thread-safe `next()` over an iterator shared by concurrent sessions."""
+
+    def __init__(self, it: Iterator[Prompt]) -> None:
+        self._it, self._lock = it, threading.Lock()
+
+    def __iter__(self) -> Locked:
+        return self
+
+    def __next__(self) -> Prompt:
+        with self._lock:
+            return next(self._it)
+
+
+def user_seed(seed: int, name: str) -> int:
+    return seed * 1_000_003 + zlib.crc32(name.encode())
+
+
+def drive(chat: Chat, user: User, pool: Locked, guard: QualityGuard, rng: random.Random, *, needed: int,
+          concurrency: int) -> list[Truth]:
+    """Run sessions, `concurrency` at a time, until about `needed` interactions are done."""
+    lock = threading.Lock()
+    claimed = 0
+    out: list[Truth] = []
+
+    def worker() -> None:
+        nonlocal claimed
+        while True:
+            with lock:
+                if claimed >= needed:
+                    return
+                claimed += 3  # a session averages three judged turns; the real count comes back
+                session_rng = random.Random(rng.randrange(2**32))
+            truths = session(chat, user, pool, guard, session_rng)
+            with lock:
+                out.extend(truths)
+                claimed += len(truths) - 3
+
+    with ThreadPoolExecutor(max_workers=concurrency) as ex:
+        for f in [ex.submit(worker) for _ in range(concurrency)]:
+            f.result()
+    return out
+
+
+def heldout(user: User, plan: Plan) -> tuple[Prompt, ...]:
+    return user.heldout[: plan.heldout_per_user] if plan.heldout_per_user else user.heldout
+
+
+def pools_for(plan: Plan, trained_on: str | None) -> list[str]:
+    """Held-out pools a run needs: its own, and that of the user it is the control for."""
+    if trained_on is None:
+        return list(plan.eval_users)
+    wanted = {trained_on} | {u for u in plan.users if control_for(plan.users, u) == trained_on}
+    return [u for u in plan.eval_users if u in wanted]
+
+
+def eval_point(chat: Chat, plan: Plan, guard: QualityGuard, *, x: int, version: int | None,
+               model: str, pools: list[str]) -> dict[str, Any]:
+    users = all_users()
+    started = time.monotonic()
+    evals = {name: evaluate(chat, users[name], heldout(users[name], plan), guard, model=model)
+             for name in pools}
+    point = {"interactions": x, "version": version, "model": model, "evals": evals,
+             "eval_s": round(time.monotonic() - started, 1)}
+    print(f"   x={x:>3} v={version} " + " ".join(f"{n}={e['satisfaction']:.2f}" for n, e in evals.items()),
+          flush=True)
+    return point
+
+
+def hinted_compliance(chat: Chat, plan: Plan, guard: QualityGuard) -> dict[str, Any]:
+    """The base model with each user's hint in its prompt: the ceiling hint distillation can pass on."""
+    users = all_users()
+    return {name: evaluate(chat, users[name], heldout(users[name], plan), guard, model=chat.model,
+                           hinted=True)
+            for name in plan.eval_users}
+
+
+def run_one(settings: Settings, plan: Plan, guard: QualityGuard, shared: dict[str, Any], *, method: str,
+            user_name: str | None, seed: int, workdir: Path) -> dict[str, Any]:
+    """One server, one method, trained on one user (None: the off run, which trains on nothing)."""
+    tag = f"{method}-{user_name or 'all'}-s{seed}"
+    data_dir = workdir / tag
+    started = time.monotonic()
+    record: dict[str, Any] = {"method": method, "trained_on": user_name, "seed": seed, "points": [],
+                              "error": None}
+    truths: list[Truth] = []
+    child = child_settings(settings, data_dir, method=method)
+    print(f"== {tag}", flush=True)
+    try:
+        with Server(child, data_dir.with_suffix(".log")) as server:
+            client = OpenAI(base_url=f"{server.base_url}/v1", api_key="bench", max_retries=2, timeout=300.0)
+            chat = Chat(client, child.served_model_name, plan.max_tokens, plan.temperature)
+            if "baseline" not in shared:
+                shared["baseline"] = eval_point(chat, plan, guard, x=0, version=None, model=chat.model,
+                                                pools=list(plan.eval_users))
+                shared["hinted"] = hinted_compliance(chat, plan, guard)
+            record["points"].append(shared["baseline"])
+            truths = _train_loop(chat, plan, guard, server, record, method=method, user_name=user_name,
+                                 seed=seed)
+            wait_for_judging(data_dir / "learnproxy.db", truths, timeout_s=plan.version_wait_s)
+    except Exception as exc:  # one failed run must not lose the others; the error goes in the results
+        record["error"] = f"{type(exc).__name__}: {exc}"
+        print(f"   failed: {record['error']}", flush=True)
+    record["interactions"] = len(truths)
+    record["judge"] = judge_agreement(data_dir / "learnproxy.db", truths)
+    record["elapsed_s"] = round(time.monotonic() - started, 1)
+    return record
+
+
+def _train_loop(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, record: dict[str, Any], *,
+                method: str, user_name: str | None, seed: int) -> list[Truth]:
+    users = all_users()
+    names = [user_name] if user_name else list(plan.users)
+    truths: list[Truth] = []
+    version = 0
+    for name in names:
+        rng = random.Random(user_seed(seed, name))
+        pool = Locked(cycle(users[name].train, rng))
+        target = plan.interactions if user_name else plan.off_interactions
+        done = 0
+        while done < target:
+            block = drive(chat, users[name], pool, guard, rng, needed=min(plan.eval_every, target - done),
+                          concurrency=plan.concurrency)
+            truths += block
+            done += len(block)
+            if method == "off":
+                continue
+            found = server.wait_for_version(version, plan.version_wait_s)
+            if found is not None:
+                version, model = found
+                record["points"].append(eval_point(chat, plan, guard, x=len(truths), version=version,
+                                                   model=model, pools=pools_for(plan, user_name)))
+    if method == "off":  # greedy replies of an untouched model: this point measures the eval's noise
+        record["points"].append(eval_point(chat, plan, guard, x=len(truths), version=None, model=chat.model,
+                                           pools=list(plan.eval_users)))
+    record["truths"] = [asdict(t) for t in truths]
+    return truths
+
+
+def runs_for(plan: Plan) -> list[tuple[str, str | None, int]]:
+    out: list[tuple[str, str | None, int]] = []
+    if "off" in plan.methods:
+        out.append(("off", None, plan.seeds[0]))  # greedy evaluation of the base is seed-independent
+    for seed in plan.seeds:
+        for method in plan.methods:
+            if method != "off":
+                out += [(method, user, seed) for user in plan.users]
+    return out
+
+
+def execute(settings: Settings, plan: Plan, *, command: str, mode: str, out_dir: Path) -> dict[str, Any]:
+    """Run every (method, user, seed) of the plan and write the raw results, plots and markdown."""
+    started = time.monotonic()
+    guard = QualityGuard()
+    assert guard.validation is not None
+    results: dict[str, Any] = {
+        "command": command, "mode": mode, "plan": asdict(plan), "started_at": datetime.now(UTC).isoformat(),
+        "guard": asdict(guard.validation), "runs": [],
+    }
+    shared: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="learnproxy-bench-") as tmp:
+        for method, user_name, seed in runs_for(plan):
+            results["runs"].append(run_one(settings, plan, guard, shared, method=method, user_name=user_name,
+                                           seed=seed, workdir=Path(tmp)))
+    results["baseline"] = shared.get("baseline")
+    results["hinted"] = shared.get("hinted")
+    results["elapsed_s"] = round(time.monotonic() - started, 1)
+    report.write(results, out_dir)
+    return results
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="learnproxy bench learn", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="one user, combined and off, 32 interactions")
+    p.add_argument("--method", choices=[*METHODS, "all"], default="all")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, default=1,
+                   help="seeds in one full run, from --seed on (headline figures: 2, or --merge two runs)")
+    p.add_argument("--users", help="comma-separated users to train on (default: all; quick: student)")
+    p.add_argument("--interactions", type=int, help="training interactions per run")
+    p.add_argument("--heldout", type=int, help="held-out prompts per user (0: all)")
+    p.add_argument("--version-wait", type=float, help="seconds to wait for a new adapter after each block")
+    p.add_argument("--out", type=Path, default=DOCS, help="folder for learn_results/ and img/")
+    p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                   help="run nothing: merge raw results of several seeds and render them")
+    return p.parse_args(argv)
+
+
+def plan_from(args: argparse.Namespace) -> Plan:
+    plan = Plan.quick(args.method, args.seed) if args.quick else Plan.full(args.method, args.seed, args.seeds)
+    if args.users:
+        users = tuple(u.strip() for u in args.users.split(",") if u.strip())
+        unknown = set(users) - set(all_users())
+        if unknown:
+            raise SystemExit(f"unknown users: {', '.join(sorted(unknown))}")
+        plan = replace(plan, users=users, eval_users=tuple(dict.fromkeys(users + plan.eval_users)))
+    if args.interactions:
+        every = min(plan.eval_every, args.interactions)
+        plan = replace(plan, interactions=args.interactions, eval_every=every,
+                       off_interactions=min(plan.off_interactions, args.interactions))
+    if args.heldout is not None:
+        plan = replace(plan, heldout_per_user=args.heldout)
+    if args.version_wait is not None:
+        plan = replace(plan, version_wait_s=args.version_wait)
+    return plan
+
+
+def main(argv: list[str], settings: Settings) -> int:
+    """Entry point for `learnproxy bench learn [--quick] [--method ...] [--seed N]`."""
+    args = parse(argv)
+    if args.merge:
+        merged = report.merge([json.loads(path.read_text()) for path in args.merge])
+        report.write(merged, args.out)
+        print(report.render(merged), flush=True)
+        return 0
+    plan = plan_from(args)
+    command = "learnproxy bench learn " + " ".join(argv) if argv else "learnproxy bench learn"
+    results = execute(settings, plan, command=command.strip(), mode="quick" if args.quick else "full",
+                      out_dir=args.out)
+    print(report.render(results), flush=True)
+    return 1 if any(r["error"] for r in results["runs"]) else 0
+
+
+def run(settings: Settings, *, quick: bool) -> str:
+    """The `make bench` hook: the quick (or full) learning benchmark as a markdown section."""
+    argv = ["--quick"] if quick else []
+    args = parse(argv)
+    results = execute(settings, plan_from(args), command="learnproxy bench learn " + " ".join(argv),
+                      mode="quick" if quick else "full", out_dir=args.out)
+    return report.render(results)

@@ -1,0 +1,180 @@
+"""Simulated users: hidden preferences, prompt pools and the natural-language replies they give.
+
+Only the simulator sees a user's rule. After each reply the user answers the way a person would:
+thanks when satisfied, a correction that names what was wrong when not, never a score. The
+phrasings here were written for this benchmark alone, apart from the judge's classifier data.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from bench.learn import rules
+from bench.learn.rules import Violation
+
+DATA = Path(__file__).resolve().parent / "data"
+
+THANKS = (
+    "Thanks, that's exactly what I needed.",
+    "Perfect, thank you!",
+    "Great, that works for me.",
+    "Nice one, cheers.",
+    "That's just right, thanks a lot.",
+    "Lovely, appreciated.",
+    "Brilliant, that's what I was after.",
+    "Good stuff, thank you.",
+    "Exactly like that, thanks!",
+    "Spot on. Thank you.",
+    "Awesome, thanks so much.",
+    "That's helpful, thanks.",
+)
+NEXT_QUESTION = ("Next one: ", "Another question: ", "Okay, now this: ", "Now: ", "One more: ")
+REDO = ("Try again.", "Can you redo it?", "Please rewrite it.", "Give it another go.", "Again, please.")
+
+CORRECTIONS: dict[str, tuple[str, ...]] = {
+    "heading": (
+        "Please drop the headings, it reads like a chatbot wrote it.",
+        "No section titles, I need it to look like my own writing.",
+        "Why are there headers in there? Just write normal text.",
+    ),
+    "list": (
+        "No bullet points please, write it as ordinary sentences.",
+        "Don't give me a list, I need flowing prose.",
+        "Lose the numbered points, it has to read like a paragraph.",
+    ),
+    "opener": (
+        "Don't start with 'Certainly' or anything like that, nobody talks like that.",
+        "Skip the cheerful opener, just answer.",
+        "That opening line gives away that an AI wrote it. Leave it out.",
+    ),
+    "too_long": (
+        "Way too long. Keep it much shorter.",
+        "That's far more than I asked for, cut it down.",
+        "Too wordy, I only need a couple of sentences.",
+    ),
+    "score_line": (
+        "The first line has to be the score, written like 'Score: 6/10'.",
+        "Where's the mark? Put 'Score: X/10' on the first line.",
+        "You need to open with the score in the form 'Score: 7/10'.",
+    ),
+    "no_reason": (
+        "Add one sentence after the score saying why.",
+        "The score alone isn't enough, give me one sentence of feedback under it.",
+    ),
+    "irrelevant": (
+        "That doesn't answer my question at all.",
+        "This has nothing to do with what I asked.",
+        "You went off topic, answer the actual question.",
+    ),
+}
+TEACHER_TOO_LONG = (
+    "Just one sentence after the score line, not a whole paragraph.",
+    "Too much feedback, one sentence under the score is all I want.",
+    "Keep the comment to a single sentence after the score.",
+)
+BRIEF_TOO_LONG = (
+    "Too long, I need it in twenty-five words or fewer.",
+    "I'm in a hurry, give me a much shorter answer, a sentence or two.",
+    "Cut it down, I don't have time to read all that.",
+)
+TOOL_FAILED = (
+    "The weather lookup failed. Write the date like 2027-03-14, and units are celsius or fahrenheit.",
+    "That didn't work, the tool rejected the call. Use a YYYY-MM-DD date.",
+    "The lookup errored out, fix the arguments and try again.",
+)
+TOOL_MISSING = (
+    "You didn't look it up, please use the weather tool.",
+    "Don't guess, call the weather tool for that day.",
+)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    expected: dict[str, str] | None = None  # the correct tool arguments, for the tool scenario
+
+
+@dataclass(frozen=True)
+class User:
+    """A simulated user: a hidden rule, prompt pools, and the hint a teacher would be given."""
+
+    name: str
+    description: str
+    hint: str  # the preference in words, for the hinted-teacher ceiling
+    check: Callable[[str], list[Violation]] | None  # None: a tool-use user, judged by its calls
+    train: tuple[Prompt, ...]
+    heldout: tuple[Prompt, ...]
+    tools: list[dict[str, Any]] | None = None
+    corrections: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def correction(self, code: str, rng: random.Random) -> str:
+        """Name what was wrong (a violation code, or "irrelevant"), in one of several phrasings."""
+        options = self.corrections.get(code) or CORRECTIONS.get(code) or CORRECTIONS["irrelevant"]
+        return rng.choice(options)
+
+
+def control_for(order: list[str] | tuple[str, ...], user: str) -> str | None:
+    """The control for `user`'s specific gain: the next trained-on user in `order`, round the end."""
+    users = list(order)
+    return users[(users.index(user) + 1) % len(users)] if len(users) > 1 and user in users else None
+
+
+def thanks(rng: random.Random) -> str:
+    return rng.choice(THANKS)
+
+
+def follow_up(reaction: str, next_prompt: str | None, rng: random.Random, *, satisfied: bool) -> str:
+    """The user's next message: the reaction, then a new question (satisfied) or a redo request."""
+    if next_prompt is None:
+        return reaction
+    if satisfied:
+        return f"{reaction} {rng.choice(NEXT_QUESTION)}{next_prompt}"
+    return f"{reaction} {rng.choice(REDO)}"
+
+
+def load_pool(name: str) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
+    """The (train, heldout) prompt pools of a user; held-out prompts are never used in training."""
+    train: list[Prompt] = []
+    heldout: list[Prompt] = []
+    for line in (DATA / f"{name}.jsonl").read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            (train if row["split"] == "train" else heldout).append(Prompt(row["prompt"], row.get("expected")))
+    return tuple(train), tuple(heldout)
+
+
+@cache
+def all_users() -> dict[str, User]:
+    """The benchmark's users by name: three text preferences and one tool-use agent."""
+    from bench.learn.tools import WEATHER_TOOL
+
+    def user(name: str, description: str, hint: str, check: Callable[[str], list[Violation]] | None,
+             **extra: Any) -> User:
+        train, heldout = load_pool(name)
+        return User(name, description, hint, check, train, heldout, **extra)
+
+    return {
+        "student": user(
+            "student", "homework answers that don't look AI-written: no headings or lists, no stock "
+            "opener, at most 3 sentences",
+            "Answer in at most three plain sentences, with no headings, no bullet points and no "
+            "opener like 'Certainly'.", rules.check_student),
+        "teacher": user(
+            "teacher", "grading replies as 'Score: X/10' on the first line, then exactly one sentence",
+            "Reply with 'Score: X/10' on the first line, then exactly one sentence explaining the mark.",
+            rules.check_teacher, corrections={"too_long": TEACHER_TOO_LONG}),
+        "brief": user(
+            "brief", "a busy reader: at most 25 words, plain prose",
+            "Answer in at most 25 words of plain prose, no lists.", rules.check_brief,
+            corrections={"too_long": BRIEF_TOO_LONG}),
+        "weather": user(
+            "weather", "an agent task: call get_weather with an ISO date and a units enum value",
+            "Call get_weather with the date written as YYYY-MM-DD and units set to celsius or fahrenheit.",
+            None, tools=[WEATHER_TOOL], corrections={"tool_error": TOOL_FAILED, "no_call": TOOL_MISSING}),
+    }

@@ -1,0 +1,41 @@
+"""A tiny `bench learn --quick` end to end: a real `learnproxy serve --with-worker`, real model, real
+judge and learner, driven over HTTP by the simulated student."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.learn.runner import main
+from core.settings import Settings
+
+
+@pytest.mark.slow
+def test_tiny_quick_run_end_to_end(tmp_path: Path, model_path: str) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "models").symlink_to(Path(model_path).parent.resolve())  # the converted model, not again
+    # Small settings so a few interactions make a training batch and the 135M judge answers quickly.
+    settings = Settings(data_dir=data, train_batch_size=1, judge_votes=1, judge_max_tokens=48)
+    out = tmp_path / "out"
+    # On 2 shared cores the 135M judge takes up to a minute a turn: give the first version time to come.
+    argv = ["--quick", "--interactions", "4", "--heldout", "2", "--version-wait", "600", "--out", str(out)]
+    rc = main(argv, settings)
+
+    raw = json.loads((out / "learn_results" / "learn_quick_seed0.json").read_text())
+    runs = {r["method"]: r for r in raw["runs"]}
+    assert set(runs) == {"off", "combined"}
+    assert rc == 0, [r["error"] for r in raw["runs"]]
+    assert raw["baseline"]["evals"]["student"]["n"] == 2
+    combined = runs["combined"]
+    assert combined["interactions"] >= 4
+    judge = combined["judge"]
+    assert judge["n"] == combined["interactions"]
+    assert judge["text_mismatch"] == 0  # the DB turns line up with what the simulated user saw
+    assert judge["decided"] >= 1, judge  # the judge scored at least one training turn
+    assert len(combined["points"]) >= 2, "no adapter version was served after the training turns"
+    assert combined["points"][-1]["version"] is not None
+    assert (out / "img" / "learn_quick_seed0_student.png").stat().st_size > 5000
+    assert "### " in (out / "learn_results" / "learn_quick_seed0.md").read_text()

@@ -1,0 +1,93 @@
+"""The report: tables, specific gain, first improvement, plots and raw JSON from a results dict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.learn import report
+
+
+def _point(x: int, version: int | None, rates: dict[str, float]) -> dict[str, Any]:
+    evals = {u: {"satisfaction": r, "guard_rate": 0.95, "rule_rate": r, "n": 8} for u, r in rates.items()}
+    return {"interactions": x, "version": version, "model": "learnproxy", "evals": evals}
+
+
+def _run(method: str, user: str | None, seed: int, points: list[dict[str, Any]]) -> dict[str, Any]:
+    judge = {"n": 64, "agreement": 0.8, "agreement_decided": 0.9, "gold_bad_rate": 0.7,
+             "score_source": {"reaction": 50, "votes": 14}}
+    return {"method": method, "trained_on": user, "seed": seed, "points": points, "error": None,
+            "interactions": 64, "judge": judge}
+
+
+def results() -> dict[str, Any]:
+    base = _point(0, None, {"student": 0.0, "teacher": 0.0})
+    runs = [_run("off", None, 0, [base, _point(16, None, {"student": 0.0, "teacher": 0.0})])]
+    for seed, lift in [(0, 0.75), (1, 0.5)]:
+        flat = {"student": 0.0, "teacher": 0.0}
+        runs.append(_run("combined", "student", seed, [
+            base, _point(16, 1, flat), _point(32, 2, {"student": lift, "teacher": 0.0})]))
+        other = {"student": 0.25, "teacher": 0.125}
+        runs.append(_run("combined", "teacher", seed, [base, _point(16, 1, other), _point(32, 2, other)]))
+    plan = {"users": ["student", "teacher"], "eval_users": ["student", "teacher"],
+            "methods": ["off", "combined"], "seeds": [0, 1], "interactions": 32, "eval_every": 16,
+            "off_interactions": 8, "heldout_per_user": 8, "max_tokens": 48, "temperature": 0.8,
+            "concurrency": 4, "version_wait_s": 60.0}
+    guard = {"threshold": 0.26, "accuracy_fit": 1.0, "accuracy_heldout": 0.96, "n_fit": 27, "n_heldout": 27}
+    return {"command": "learnproxy bench learn --method combined --seed 0", "plan": plan, "runs": runs,
+            "guard": guard, "baseline": base, "hinted": {"student": {"satisfaction": 0.5, "guard_rate": 1.0}},
+            "elapsed_s": 100.0}
+
+
+def test_specific_gain_is_target_minus_control_mean_over_seeds() -> None:
+    r = results()
+    # student: seed 0 0.75-0.25, seed 1 0.5-0.25 -> mean 0.375; teacher's control is the student run.
+    assert report.specific_gain(r, "combined", "student") == 0.375
+    assert report.specific_gain(r, "combined", "teacher") == 0.125
+    assert report.specific_gain(r, "off", "student") is None
+
+
+def test_first_improvement_and_step_lookup() -> None:
+    pts = [(0, 0.0), (16, 0.05), (32, 0.5)]
+    assert report.first_improvement(pts) == 32
+    assert report.first_improvement([(0, 0.5), (16, 0.5)]) is None
+    assert report.at(pts, 20) == 0.05 and report.at(pts, 32) == 0.5
+
+
+def test_render_has_a_table_per_user_and_the_command() -> None:
+    md = report.render(results())
+    assert md.startswith("### ")
+    assert "learnproxy bench learn --method combined --seed 0" in md
+    assert "#### student" in md and "#### teacher" in md
+    assert "| 32 | 0.00 | 0.62 |" in md  # off stays at the base; combined is the seed mean at 32
+    assert "| specific gain | — | 0.38 |" in md
+    assert "Limits:" in md
+
+
+def test_write_saves_json_plots_and_markdown(tmp_path: Path) -> None:
+    paths = report.write(results(), tmp_path)
+    raw = json.loads(paths[0].read_text())
+    assert raw["plan"]["seeds"] == [0, 1]
+    pngs = [p for p in paths if p.suffix == ".png"]
+    assert len(pngs) == 2
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000 for p in pngs)
+
+
+def test_merge_joins_seeds_from_separate_runs() -> None:
+    r = results()
+    one = {**r, "plan": {**r["plan"], "seeds": [0]}, "runs": [x for x in r["runs"] if x["seed"] == 0]}
+    two = {**r, "plan": {**r["plan"], "seeds": [1]}, "runs": [x for x in r["runs"] if x["seed"] == 1],
+           "command": "learnproxy bench learn --seed 1"}
+    merged = report.merge([one, two])
+    assert merged["plan"]["seeds"] == [0, 1] and merged["mode"] == "merged"
+    assert report.specific_gain(merged, "combined", "student") == 0.375
+    assert "--seed 1" in report.render(merged)
+
+
+def test_the_last_row_shows_the_final_version_even_after_an_overshoot() -> None:
+    r = results()
+    for run in r["runs"]:
+        if run["method"] == "combined":
+            run["points"][-1]["interactions"] = 35  # the last sessions ended past the planned 32
+    assert "| 32 | 0.00 | 0.62 |" in report.render(r)

@@ -1,0 +1,123 @@
+"""The simulated users' ground truth: rules, tool-call checks, pools and reply phrasings."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from bench.learn import rules, tools
+from bench.learn.users import CORRECTIONS, THANKS, all_users, follow_up
+
+STUDENT = [
+    ("Leaves lose chlorophyll in autumn. The yellow pigments then show.", []),
+    ("## Why leaves change\nThey lose chlorophyll.", ["heading"]),
+    ("**Answer**\nThey lose chlorophyll.", ["heading"]),
+    ("Reasons:\n- less light\n- colder nights", ["list"]),
+    ("1. Less light\n2. Colder nights", ["list"]),
+    ("Certainly! Leaves lose chlorophyll.", ["opener"]),
+    ("One. Two. Three. Four.", ["too_long"]),
+    ("It costs 3.5 dollars. That is all. Really.", []),  # a decimal point is not a sentence end
+    ("The colder nights - not the wind - matter most.", []),  # a dash inside prose is not a bullet
+]
+
+
+@pytest.mark.parametrize(("text", "codes"), STUDENT)
+def test_student_rule(text: str, codes: list[str]) -> None:
+    assert [v.code for v in rules.check_student(text)] == codes
+
+
+TEACHER = [
+    ("Score: 2/10\nSydney is the largest city, but the capital is Canberra.", []),
+    ("Score: 10/10\nCorrect.", []),
+    ("Score: 11/10\nToo good.", ["score_line"]),
+    ("score: 5/10\nFine.", ["score_line"]),
+    ("I would give it Score: 5/10. Fine.", ["score_line"]),
+    ("Score: 5/10", ["no_reason"]),
+    ("Score: 5/10\nIt is half right. The rest is wrong.", ["too_long"]),
+    ("Score: 5/10 It is half right.", ["score_line"]),  # the score must stand alone on its line
+]
+
+
+@pytest.mark.parametrize(("text", "codes"), TEACHER)
+def test_teacher_rule(text: str, codes: list[str]) -> None:
+    assert [v.code for v in rules.check_teacher(text)] == codes
+
+
+def test_brief_rule_counts_words_and_lists() -> None:
+    assert rules.check_brief("Dim the screen and close apps you aren't using.") == []
+    assert [v.code for v in rules.check_brief(" ".join(["word"] * 26))] == ["too_long"]
+    assert [v.code for v in rules.check_brief("- dim the screen\n- close apps")] == ["list"]
+
+
+CALLS = [
+    ({"city": "Paris", "date": "2027-03-14", "units": "celsius"}, True, True, None),
+    ({"city": "paris", "date": "2027-03-14", "units": "celsius"}, True, True, None),
+    ({"city": "Paris", "date": "2027-03-15", "units": "celsius"}, True, False, None),
+    ({"city": "Paris", "date": "March 14, 2027", "units": "celsius"}, False, False, "date"),
+    ({"city": "Paris", "date": "2027-02-30", "units": "celsius"}, False, False, "no such day"),
+    ({"city": "Paris", "date": "2027-03-14", "units": "C"}, False, False, "units"),
+    ({"date": "2027-03-14", "units": "celsius"}, False, False, "city"),
+]
+
+
+@pytest.mark.parametrize(("args", "valid", "correct", "error_part"), CALLS)
+def test_weather_call_rule(args: dict[str, str], valid: bool, correct: bool, error_part: str | None) -> None:
+    expected = {"city": "Paris", "date": "2027-03-14", "units": "celsius"}
+    check = tools.check_call("get_weather", json.dumps(args), expected)
+    assert (check.valid, check.correct) == (valid, correct)
+    result = json.loads(tools.execute(check, json.dumps(args)))
+    if error_part is None:
+        assert "error" not in result and result["units"] == args["units"]
+    else:
+        assert error_part in result["error"]
+
+
+def test_malformed_calls_get_an_error_result() -> None:
+    expected = {"city": "Paris", "date": "2027-03-14", "units": "celsius"}
+    for name, raw in [("get_weather", "{not json"), ("get_weather", "[1, 2]"), ("search", "{}")]:
+        check = tools.check_call(name, raw, expected)
+        assert not check.valid
+        assert set(json.loads(tools.execute(check, raw))) == {"error"}
+
+
+def test_pools_are_disjoint_and_sized() -> None:
+    for user in all_users().values():
+        train = {p.text for p in user.train}
+        held = {p.text for p in user.heldout}
+        assert len(train) >= 20 and len(held) >= 8, user.name
+        assert not train & held, f"{user.name}: a held-out prompt is in the training pool"
+
+
+def test_weather_heldout_cities_never_seen_in_training() -> None:
+    user = all_users()["weather"]
+    seen = {p.expected["city"] for p in user.train if p.expected}
+    assert not seen & {p.expected["city"] for p in user.heldout if p.expected}
+
+
+def test_the_base_style_reply_fails_every_text_rule() -> None:
+    """A typical chatbot reply (measured shape: opener, heading, list, long) breaks all three rules."""
+    reply = ("Certainly! Here's why.\n\n## Reasons\n\n1. Less daylight means less chlorophyll.\n"
+             "2. Yellow pigments show. 3. Red ones are made. This happens every autumn in many trees.")
+    for name in ("student", "teacher", "brief"):
+        check = all_users()[name].check
+        assert check is not None and check(reply), name
+
+
+def test_reactions_never_state_a_score_and_name_the_fault() -> None:
+    rng = random.Random(0)
+    user = all_users()["student"]
+    phrasings = set(THANKS) | {p for ps in CORRECTIONS.values() for p in ps}
+    assert not any("/10" in p or "score of" in p.lower() for p in phrasings if "Score: " not in p)
+    assert "bullet" in user.correction("list", rng).lower() or "list" in user.correction("list", rng).lower()
+    teacher = all_users()["teacher"]
+    assert "one sentence" in " ".join(teacher.corrections["too_long"]).lower()
+
+
+def test_follow_up_asks_a_new_question_or_a_redo() -> None:
+    rng = random.Random(1)
+    assert follow_up("Thanks.", "Why?", rng, satisfied=True).endswith("Why?")
+    redo = follow_up("No lists.", "Why?", rng, satisfied=False)
+    assert redo.startswith("No lists.") and "Why?" not in redo
+    assert follow_up("Thanks.", None, rng, satisfied=True) == "Thanks."
