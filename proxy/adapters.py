@@ -57,6 +57,7 @@ class AdapterManager:
         self.settings = settings
         self._live = Lease(adapter=None, version_id=None)
         self._loaded: dict[int, str] = {}  # version id -> engine name
+        self._loads: Counter[int] = Counter()  # engine loads per version, for fresh names on reload
         self._refs: Counter[int | None] = Counter()
         self._lock = threading.Lock()  # leases are cheap and may be taken from any thread
         self._sync_lock = asyncio.Lock()
@@ -155,25 +156,28 @@ class AdapterManager:
                 return
             if not await self._load(vid, name, target.path):
                 return
-        self._set_live(Lease(adapter=name, version_id=vid))
+        self._set_live(Lease(adapter=self._loaded[vid], version_id=vid))
 
     async def _load(self, vid: int, name: str, path: str | None) -> bool:
-        if name in self.engine.loaded_adapters():  # loaded earlier (e.g. before a restart of this manager)
-            self._loaded[vid] = name
-            return True
-        if not path:
-            log.error("adapter version %s has no path; still serving %s", vid, self._live)
-            self._failed_at = vid
-            return False
-        try:
-            await self.engine.load_adapter(name, path)
-        except EngineError as exc:
-            log.error("loading adapter version %s (%s) failed, still serving %s: %s", vid, name,
-                      self._live, exc)
-            self._failed_at = vid
-            return False
+        if self._loads[vid]:
+            # Reloading an unloaded version (a rollback to it): engines must never see a name twice,
+            # since reusing one hits stale-cache and deadlock bugs in SGLang and vLLM.
+            name = f"{name}~r{self._loads[vid]}"
+        if name not in self.engine.loaded_adapters():  # else loaded before this manager (re)started
+            if not path:
+                log.error("adapter version %s has no path; still serving %s", vid, self._live)
+                self._failed_at = vid
+                return False
+            try:
+                await self.engine.load_adapter(name, path)
+            except EngineError as exc:
+                log.error("loading adapter version %s (%s) failed, still serving %s: %s", vid, name,
+                          self._live, exc)
+                self._failed_at = vid
+                return False
         with self._lock:
             self._loaded[vid] = name
+            self._loads[vid] += 1
         return True
 
     def _set_live(self, lease: Lease) -> None:

@@ -172,3 +172,32 @@ def test_failed_load_keeps_serving_and_rollback_and_names(model_path: str, setti
     engine = EmbeddedEngine(model_path, device="cpu", dtype="bfloat16", max_batch_size=2)
     manager = AdapterManager(engine, session_factory, settings)
     asyncio.run(main())
+
+
+def test_rollback_to_an_unloaded_version_loads_it_under_a_fresh_name(
+    model_path: str, settings: Settings, session_factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    paths = make_adapters(model_path, tmp_path / "adapters", 2)
+    settings = settings.model_copy(update={"keep_adapters": 1})
+
+    async def main() -> None:
+        await engine.start()
+        await manager.start()
+        v1, name1 = await asyncio.to_thread(_add_version, session_factory, paths[0])
+        await manager.sync_now()
+        v2, name2 = await asyncio.to_thread(_add_version, session_factory, paths[1])
+        await manager.sync_now()
+        assert engine.loaded_adapters() == {name2}  # v1 drained and unloaded (keep 1)
+        with session_factory() as session:
+            assert pointer.rollback(session) == v1
+            session.commit()
+        await manager.sync_now()
+        assert manager.live.version_id == v1
+        assert manager.live.adapter == f"{name1}~r1"  # never the name the engine saw before
+        assert f"{name1}~r1" in engine.loaded_adapters() and name1 not in engine.loaded_adapters()
+        await manager.stop()
+        await engine.stop()
+
+    engine = EmbeddedEngine(model_path, device="cpu", dtype="bfloat16", max_batch_size=2)
+    manager = AdapterManager(engine, session_factory, settings)
+    asyncio.run(main())
