@@ -1,7 +1,7 @@
 """Judge benchmark: judged turns per minute with m=3 votes, and judge-eval figures per stage.
 
-The judge is the default one, the base model served locally (`bench.judge_server`, transformers
-`generate` on this machine's CPU or GPU), unless `settings.judge_url` names another endpoint. The
+The judge is the default one: learnproxy's own proxy serving the base model on the embedded engine
+(`bench.judge_server`), unless `settings.judge_url` names another endpoint. The
 turns are the shipped labelled set, written into a scratch SQLite DB and judged by the real
 `judges.pipeline.judge_turn`, once with the LLM votes alone and once with the full cascade.
 """

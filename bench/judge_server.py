@@ -1,25 +1,26 @@
-"""A minimal OpenAI-compatible chat server over transformers `generate`, for the judge benchmark.
+"""learnproxy's own proxy on the embedded engine, in a thread: the default judge, as deployed.
 
-It stands in for learnproxy's embedded engine serving the base model (the default judge), so the
-benchmark measures the judge without needing the proxy. Requests run one at a time.
+The judge's default endpoint is learnproxy itself serving the base model with no adapter, so the
+judge benchmark and the real-model judge test run exactly that: `proxy.app.create_app` with the
+embedded engine, its continuous batching serving the m concurrent votes together. It logs into a
+throwaway data dir (judge calls are internal turns, which are never logged anyway).
 """
 
 from __future__ import annotations
 
-import asyncio
 import socket
+import tempfile
 import threading
 import time
-import uuid
+from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 
-from core.modelload import resolve_model_path
+from core.db import make_engine
+from core.models import Base
 from core.settings import Settings
+from proxy.app import create_app
 
 
 def _free_port() -> int:
@@ -32,26 +33,27 @@ class LocalJudgeServer:
     """`with LocalJudgeServer(settings) as server:` serves `settings.model` at `server.url`."""
 
     def __init__(self, settings: Settings) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        path = resolve_model_path(settings.model, settings.models_dir)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
-        self.model_name = settings.model
-        self._lock = threading.Lock()
+        self._tmp = tempfile.TemporaryDirectory(prefix="learnproxy-judge-")
+        data = Path(self._tmp.name)
+        (data / "models").symlink_to(settings.models_dir.resolve(), target_is_directory=True)
         self.port = _free_port()
+        self.settings = settings.model_copy(update={
+            "data_dir": data, "database_url": None, "port": self.port, "engine": "embedded",
+            "enqueue": False, "auto_train": False, "api_keys": [],
+        })
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.generated_tokens = 0
-        self._server = uvicorn.Server(uvicorn.Config(self._app(), host="127.0.0.1", port=self.port,
-                                                     log_level="warning"))
+        config = uvicorn.Config(create_app(self.settings), host="127.0.0.1", port=self.port, log_level="warning")
+        self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True, name="judge-server")
 
     def __enter__(self) -> LocalJudgeServer:
+        db = make_engine(self.settings.db_url)
+        Base.metadata.create_all(db)
+        db.dispose()
         self._thread.start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 300  # the first start may convert the bundled model
         while not self._server.started:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("the local judge server did not start")
             time.sleep(0.05)
         return self
@@ -59,38 +61,5 @@ class LocalJudgeServer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self._server.should_exit = True
-        self._thread.join(timeout=10)
-
-    def generate(self, messages: list[dict[str, Any]], temperature: float, max_tokens: int) -> tuple[str, int]:
-        import torch
-
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-        with self._lock, torch.inference_mode():
-            out = self.model.generate(
-                ids, do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
-                top_p=None, top_k=None, max_new_tokens=max_tokens, pad_token_id=self.tokenizer.eos_token_id,
-            )
-        new = out[0, ids.shape[1]:]
-        self.generated_tokens += int(new.shape[0])
-        return str(self.tokenizer.decode(new, skip_special_tokens=True)), int(new.shape[0])
-
-    def _app(self) -> FastAPI:
-        app = FastAPI()
-
-        @app.post("/v1/chat/completions")
-        async def chat(request: Request) -> JSONResponse:
-            body = await request.json()
-            text, n = await asyncio.to_thread(
-                self.generate, body["messages"], float(body.get("temperature", 1.0)),
-                int(body.get("max_tokens") or 256),
-            )
-            return JSONResponse({
-                "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": self.model_name,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 0, "completion_tokens": n, "total_tokens": n},
-            })
-
-        return app
+        self._thread.join(timeout=60)
+        self._tmp.cleanup()
