@@ -70,7 +70,7 @@ def _throughput(factory: sessionmaker[Session], client: JudgeClient, settings: S
 
 def run(settings: Settings, *, quick: bool) -> str:
     cases = load_cases(LABELS)
-    n_speed, n_llm = (2, 6) if quick else (12, len(cases))
+    n_speed, n_llm = (2, 3) if quick else (12, len(cases))
     with ExitStack() as stack:
         url = settings.judge_url
         if url is None:
@@ -78,7 +78,7 @@ def run(settings: Settings, *, quick: bool) -> str:
 
             url = stack.enter_context(LocalJudgeServer(settings)).url
         judge = settings.model_copy(update={"judge_url": url, "judge_votes": 3,
-                                            "judge_max_tokens": 96 if quick else settings.judge_max_tokens})
+                                            "judge_max_tokens": 64 if quick else settings.judge_max_tokens})
         client = JudgeClient.from_settings(judge)
         stack.callback(client.close)
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
