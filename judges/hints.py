@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from core.settings import Settings
 from judges.client import JudgeClient
-from judges.prm import VoteResult, parse_score
-from judges.prompts import JudgeInput, cut, load_template, prompt_values
+from judges.prm import VoteResult, parse_score, sample_votes
+from judges.prompts import JudgeInput, cut
 
 HINT_TEMPLATE = "hint"
 _HINT = re.compile(r"\[HINT_START\](.*?)\[HINT_END\]", re.DOTALL)
@@ -46,14 +46,7 @@ def select_hint(candidates: Sequence[str | None], mode: str, min_chars: int) -> 
 
 
 def hint_votes(client: JudgeClient, settings: Settings, inp: JudgeInput) -> list[VoteResult]:
-    template = load_template(HINT_TEMPLATE)
-    prompt = template.render(**prompt_values(inp, settings.judge_max_input_chars))
-    completions = client.complete_many(
-        [{"role": "user", "content": prompt}],
-        settings.judge_votes,
-        temperature=settings.judge_temperature,
-        max_tokens=settings.judge_max_tokens,
-    )
+    template, completions = sample_votes(client, settings, inp, HINT_TEMPLATE)
     return [
         VoteResult(
             i, c.text, parse_score(c.text), parse_hint(c.text, settings.hint_min_chars),

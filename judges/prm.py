@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.settings import Settings
-from judges.client import JudgeClient
-from judges.prompts import JudgeInput, load_template, prompt_values
+from judges.client import Completion, JudgeClient
+from judges.prompts import JudgeInput, PromptTemplate, load_template, prompt_values
 
 PRM_TEMPLATE = "prm"
 _BOXED = re.compile(r"\\boxed\s*\{")
@@ -84,9 +84,11 @@ def unanimous_negative(scores: Sequence[int | None]) -> bool:
     return bool(valid) and all(s == -1 for s in valid)
 
 
-def prm_votes(client: JudgeClient, settings: Settings, inp: JudgeInput) -> list[VoteResult]:
-    """`settings.judge_votes` concurrent votes; endpoint failures propagate (the task retries)."""
-    template = load_template(PRM_TEMPLATE)
+def sample_votes(
+    client: JudgeClient, settings: Settings, inp: JudgeInput, template_name: str
+) -> tuple[PromptTemplate, list[Completion]]:
+    """`settings.judge_votes` concurrent samples of one template; endpoint failures propagate."""
+    template = load_template(template_name)
     prompt = template.render(**prompt_values(inp, settings.judge_max_input_chars))
     completions = client.complete_many(
         [{"role": "user", "content": prompt}],
@@ -94,6 +96,12 @@ def prm_votes(client: JudgeClient, settings: Settings, inp: JudgeInput) -> list[
         temperature=settings.judge_temperature,
         max_tokens=settings.judge_max_tokens,
     )
+    return template, completions
+
+
+def prm_votes(client: JudgeClient, settings: Settings, inp: JudgeInput) -> list[VoteResult]:
+    """`settings.judge_votes` concurrent votes; endpoint failures propagate (the task retries)."""
+    template, completions = sample_votes(client, settings, inp, PRM_TEMPLATE)
     return [
         VoteResult(
             i, c.text, parse_score(c.text), None, c.model, template.name, template.version, c.latency_ms
