@@ -70,7 +70,8 @@ class Settings(BaseSettings):
 
     # --- learner -----------------------------------------------------------------------------
     method: Literal["rl", "opd", "combined"] = "combined"
-    train_batch_size: int = Field(default=8, ge=1, description="Samples per adapter version; small, so a version follows a few sessions.")
+    train_batch_size: int = Field(
+        default=8, ge=1, description="Samples per adapter version: small, so a version follows a few sessions.")
     auto_train: bool = Field(default=True, description="Queue a train step when a batch is ready.")
     auto_publish: bool = Field(default=True, description="Serve each new adapter version at once.")
     labels_override: bool = Field(default=True, description="Human labels replace judge scores in training.")

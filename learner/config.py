@@ -30,7 +30,7 @@ class TrainConfig:
 
     method: Literal["rl", "opd", "combined"] = _f("combined", "rl: judge scores; opd: hints; combined: both.")
     batch_size: int = _f(16, "Samples per training batch.")
-    steps_per_batch: int = _f(1, "Optimizer steps taken on each batch (more steps: more clipping).")
+    steps_per_batch: int = _f(2, "Optimizer steps taken on each batch (more steps: more clipping).")
     # --- LoRA --------------------------------------------------------------------------------
     rank: int = _f(16, "LoRA rank.")
     alpha: int = _f(32, "LoRA alpha (scale = alpha / rank).")

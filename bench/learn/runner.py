@@ -57,7 +57,7 @@ class Plan:
     def quick(cls, method: str, seed: int) -> Plan:
         methods = ("off", "combined") if method == "all" else (method,)
         return cls(users=("student",), eval_users=("student",), methods=methods, seeds=(seed,),
-                   interactions=32, eval_every=16, off_interactions=8, heldout_per_user=8, max_tokens=64,
+                   interactions=32, eval_every=8, off_interactions=8, heldout_per_user=8, max_tokens=64,
                    temperature=0.8, concurrency=4, version_wait_s=90.0)
 
     @classmethod
@@ -65,7 +65,7 @@ class Plan:
         users = tuple(all_users())
         methods = METHODS if method == "all" else (method,)
         return cls(users=users, eval_users=users, methods=methods,
-                   seeds=tuple(seed + i for i in range(n_seeds)), interactions=64, eval_every=16,
+                   seeds=tuple(seed + i for i in range(n_seeds)), interactions=64, eval_every=8,
                    off_interactions=16, heldout_per_user=8, max_tokens=64, temperature=0.8, concurrency=4,
                    version_wait_s=120.0)
 
