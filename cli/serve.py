@@ -54,6 +54,8 @@ def start_workers(settings: Settings) -> list[subprocess.Popen[bytes]]:
     workers = []
     for queue in ("judge", "train"):
         cmd = [sys.executable, "-m", "cli.main", "worker", "--queues", queue, "--hostname", f"{queue}-%h"]
+        if queue == "judge":
+            cmd += ["--concurrency", str(settings.judge_concurrency)]
         log.info("starting a worker: %s", " ".join(cmd))
         workers.append(subprocess.Popen(cmd, env=settings_env(settings)))
     return workers

@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     judge_model: str | None = Field(default=None, description="Judge model; default the base model.")
     judge_api_key: str | None = None
     judge_votes: int = Field(default=3, ge=1)
+    judge_concurrency: int = Field(
+        default=2, ge=1, description="Judge tasks at once in `serve --with-worker`: a turn the classifier "
+        "decides at once need not wait behind one that waits for LLM votes, and votes of two turns batch.")
     judge_temperature: float = 0.6
     judge_max_tokens: int = 256
     judge_timeout_s: float = 120.0

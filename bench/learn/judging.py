@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import create_engine, select
 
 from bench.learn.sim import Truth
-from core.models import Turn
+from core.models import AdapterState, AdapterVersion, Turn
 
 # A 135M judge on 2 busy cores takes up to about a minute a turn (votes, then a hint request), so
 # only a longer silence means the rest is not coming.
@@ -66,6 +66,32 @@ def wait_for_judging(db_path: Path, truths: list[Truth], *, timeout_s: float) ->
         else:
             last, still = judged, 0.0
         time.sleep(5.0)
+
+
+def _training_now(db_path: Path) -> int:
+    engine = create_engine(f"sqlite:///file:{db_path}?mode=ro&uri=true", connect_args={"timeout": 30})
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(select(AdapterVersion.id).where(AdapterVersion.state == AdapterState.training))
+            return len(rows.all())
+    finally:
+        engine.dispose()
+
+
+def wait_for_training(db_path: Path, *, timeout_s: float, settle_s: float = 10.0) -> None:
+    """Wait until no adapter version has been in training for `settle_s` (up to `timeout_s`).
+
+    The train task follows the judge task that completed a batch, so a short quiet spell after
+    judging means every full batch has been trained (a partial batch never will be).
+    """
+    deadline = time.monotonic() + timeout_s
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        if db_path.exists() and _training_now(db_path):
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= settle_s:
+            return
+        time.sleep(1.0)
 
 
 def judge_agreement(db_path: Path, truths: list[Truth]) -> dict[str, Any]:

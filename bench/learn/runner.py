@@ -25,7 +25,7 @@ from typing import Any
 from openai import OpenAI
 
 from bench.learn import report
-from bench.learn.judging import judge_agreement, wait_for_judging
+from bench.learn.judging import judge_agreement, wait_for_judging, wait_for_training
 from bench.learn.quality import QualityGuard
 from bench.learn.server import Server, child_settings
 from bench.learn.sim import Chat, Truth, cycle, evaluate, session
@@ -169,7 +169,11 @@ def run_one(settings: Settings, plan: Plan, guard: QualityGuard, shared: dict[st
             record["points"].append(shared["baseline"])
             truths = _train_loop(chat, plan, guard, server, record, method=method, user_name=user_name,
                                  seed=seed)
-            wait_for_judging(data_dir / "learnproxy.db", truths, timeout_s=plan.version_wait_s)
+            db_path = data_dir / "learnproxy.db"
+            wait_for_judging(db_path, truths, timeout_s=plan.version_wait_s)
+            if method != "off":  # the last full batches finish training after the last session
+                wait_for_training(db_path, timeout_s=plan.version_wait_s)
+                _catch_up(chat, plan, guard, server, record, x=len(truths), pools=pools_for(plan, user_name))
     except Exception as exc:  # one failed run must not lose the others; the error goes in the results
         record["error"] = f"{type(exc).__name__}: {exc}"
         print(f"   failed: {record['error']}", flush=True)
@@ -207,6 +211,15 @@ def _train_loop(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, rec
                                            pools=list(plan.eval_users)))
     record["truths"] = [asdict(t) for t in truths]
     return truths
+
+
+def _catch_up(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, record: dict[str, Any], *, x: int,
+              pools: list[str]) -> None:
+    """Evaluate the newest version if it is newer than the last evaluated one (trained after the end)."""
+    last = max((p["version"] for p in record["points"] if p["version"] is not None), default=0)
+    found = server.wait_for_version(last, 0.0)
+    if found is not None:
+        record["points"].append(eval_point(chat, plan, guard, x=x, version=found[0], model=found[1], pools=pools))
 
 
 def runs_for(plan: Plan) -> list[tuple[str, str | None, int]]:

@@ -205,6 +205,7 @@ def evaluate(chat: Chat, user: User, prompts: tuple[Prompt, ...], guard: Quality
         "satisfaction": sum(r["satisfied"] for r in rows) / n,
         "guard_rate": sum(r["guard"] for r in rows) / n,
         "rule_rate": sum(r["rule"] for r in rows) / n,  # the rule alone, guard or not
+        "mean_words": sum(len(r["reply"].split()) for r in rows) / n,  # shortening shows here first
         "samples": rows[:3],
     }
     if user.tools:
@@ -227,4 +228,4 @@ def _grade_eval(user: User, guard: QualityGuard, prompt: Prompt, choice: Any) ->
     verdict = guard.check(prompt.text, reply)
     rule_ok = not rule_codes(user, reply, truncated=choice.finish_reason == "length")
     return {"satisfied": verdict.passed and rule_ok, "guard": verdict.passed, "rule": rule_ok,
-            "reply": reply[:200]}
+            "reply": reply}
