@@ -14,7 +14,7 @@ from typing import Any
 IMPROVEMENT_MARGIN = 0.1  # a rise of at least this much over the base counts as an improvement
 
 
-def _tag(results: dict[str, Any]) -> str:
+def tag(results: dict[str, Any]) -> str:
     return f"learn_{results.get('mode', 'full')}_seed{results['plan']['seeds'][0]}"
 
 
@@ -144,7 +144,7 @@ def render(results: dict[str, Any]) -> str:
            f"Command: `{results['command']}` · seeds {seeds} · {plan['interactions']} training "
            f"interactions per run · {results.get('elapsed_s', 0):.0f} s in all. Held-out satisfaction is the "
            f"user's own rule on replies that pass the quality guard, greedy, as side turns; `off` is the "
-           f"untouched base. Raw results: `docs/learn_results/{_tag(results)}.json`.", ""]
+           f"untouched base. Raw results: `docs/learn_results/{tag(results)}.json`.", ""]
     errors = [f"{r['method']}/{r['trained_on']}/seed {r['seed']}: {r['error']}"
               for r in results["runs"] if r["error"]]
     if errors:
@@ -153,7 +153,7 @@ def render(results: dict[str, Any]) -> str:
         metric = "valid first tool call rate" if users[user].tools else "satisfaction"
         out += [f"#### {user}: {users[user].description}", "",
                 f"Held-out {metric} against interactions (mean over seeds).", "",
-                user_table(results, user), "", f"![{user}](img/{_tag(results)}_{user}.png)", ""]
+                user_table(results, user), "", f"![{user}](img/{tag(results)}_{user}.png)", ""]
     out += ["#### Hinted-teacher compliance (the ceiling of hint distillation)", "",
             hinted_table(results), "",
             "#### Judge against the simulator's ground truth (training turns)", "", judge_table(results), "",
@@ -209,14 +209,14 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def write(results: dict[str, Any], out_dir: Path) -> list[Path]:
     """Save the raw JSON and the plots; returns the paths written."""
-    tag = _tag(results)
-    raw = out_dir / "learn_results" / f"{tag}.json"
+    name = tag(results)
+    raw = out_dir / "learn_results" / f"{name}.json"
     raw.parent.mkdir(parents=True, exist_ok=True)
     raw.write_text(json.dumps(results, indent=1, default=str))
     written = [raw]
     for user in results["plan"]["users"]:
-        path = out_dir / "img" / f"{tag}_{user}.png"
+        path = out_dir / "img" / f"{name}_{user}.png"
         plot(results, user, path)
         written.append(path)
-    (out_dir / "learn_results" / f"{tag}.md").write_text(render(results) + "\n")
+    (out_dir / "learn_results" / f"{name}.md").write_text(render(results) + "\n")
     return written

@@ -293,16 +293,19 @@ def plan_from(args: argparse.Namespace) -> Plan:
 def main(argv: list[str], settings: Settings) -> int:
     """Entry point for `learnproxy bench learn [--quick] [--method ...] [--seed N]`."""
     args = parse(argv)
+    command = ("learnproxy bench learn " + " ".join(argv)).strip()
     if args.merge:
-        merged = report.merge([json.loads(path.read_text()) for path in args.merge])
-        report.write(merged, args.out)
-        print(report.render(merged), flush=True)
-        return 0
-    plan = plan_from(args)
-    command = "learnproxy bench learn " + " ".join(argv) if argv else "learnproxy bench learn"
-    results = execute(settings, plan, command=command.strip(), mode="quick" if args.quick else "full",
-                      out_dir=args.out)
-    print(report.render(results), flush=True)
+        results = report.merge([json.loads(path.read_text()) for path in args.merge])
+        report.write(results, args.out)
+    else:
+        results = execute(settings, plan_from(args), command=command, mode="quick" if args.quick else "full",
+                          out_dir=args.out)
+    body = report.render(results)
+    print(body, flush=True)
+    if args.out.resolve() == DOCS.resolve():  # figures in docs/ get their section in BENCHMARKS.md
+        from cli.bench import write_section
+
+        write_section(report.tag(results).replace("_", "-"), body, command)
     return 1 if any(r["error"] for r in results["runs"]) else 0
 
 
