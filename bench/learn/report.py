@@ -52,8 +52,8 @@ def _mean(values: list[float | None]) -> float | None:
     return statistics.mean(clean) if clean else None
 
 
-def _fmt(v: float | None) -> str:
-    return "—" if v is None else f"{v:.2f}"
+def _fmt(v: float | None, whole: bool = False) -> str:
+    return "—" if v is None else f"{v:.0f}" if whole else f"{v:.2f}"
 
 
 def specific_gain(results: dict[str, Any], method: str, user: str) -> float | None:
@@ -100,15 +100,18 @@ def user_table(results: dict[str, Any], user: str) -> str:
     gains = [_fmt(specific_gain(results, m, user)) for m in methods]
     lines.append("| first improvement | " + " | ".join(firsts) + " |")
     lines.append("| specific gain | " + " | ".join(gains) + " |")
-    guards = [_mean([_final_eval(r, user, "guard_rate") for r in _runs(results, m, user)]) for m in methods]
-    lines.append("| quality guard (final) | " + " | ".join(_fmt(g) for g in guards) + " |")
+    for key, label in (("guard_rate", "quality guard (final)"), ("rule_rate", "rule alone, guard or not (final)"),
+                       ("mean_words", "mean words per reply (final)")):
+        finals = [_mean([_final_eval(r, user, key) for r in _runs(results, m, user)]) for m in methods]
+        lines.append(f"| {label} | " + " | ".join(_fmt(v, key == "mean_words") for v in finals) + " |")
     return "\n".join(lines)
 
 
 def _final_eval(run: dict[str, Any], user: str, key: str) -> float | None:
     for p in reversed(run["points"]):
         if user in p["evals"]:
-            return float(p["evals"][user].get(key, 0.0))
+            value = p["evals"][user].get(key)
+            return None if value is None else float(value)
     return None
 
 
