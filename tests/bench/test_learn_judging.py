@@ -1,0 +1,51 @@
+"""The benchmark's waits on the run's feedback DB, read-only, as the runner does after the last session."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from bench.learn.judging import wait_for_training
+from core.models import AdapterState, AdapterVersion
+from core.settings import Settings
+
+
+def _db_path(settings: Settings) -> Path:
+    return settings.data_dir / "learnproxy.db"
+
+
+def test_returns_once_no_version_has_been_training_for_the_settle_time(db: Session, settings: Settings) -> None:
+    db.add(AdapterVersion(name="v1-a", base_model="m", method="combined", state=AdapterState.published))
+    db.commit()
+    started = time.monotonic()
+    wait_for_training(_db_path(settings), timeout_s=30.0, settle_s=0.5)
+    assert time.monotonic() - started < 5.0
+
+
+def test_waits_for_a_version_in_training_to_finish(db: Session, settings: Settings) -> None:
+    row = AdapterVersion(name="v1-b", base_model="m", method="combined", state=AdapterState.training)
+    db.add(row)
+    db.commit()
+
+    def finish() -> None:
+        time.sleep(2.0)
+        row.state = AdapterState.published
+        db.commit()
+
+    finisher = threading.Thread(target=finish)
+    started = time.monotonic()
+    finisher.start()
+    wait_for_training(_db_path(settings), timeout_s=30.0, settle_s=0.5)
+    finisher.join()
+    assert 2.0 <= time.monotonic() - started < 10.0
+
+
+def test_gives_up_after_the_timeout(db: Session, settings: Settings) -> None:
+    db.add(AdapterVersion(name="v1-c", base_model="m", method="combined", state=AdapterState.training))
+    db.commit()
+    started = time.monotonic()
+    wait_for_training(_db_path(settings), timeout_s=1.5, settle_s=0.5)
+    assert 1.5 <= time.monotonic() - started < 5.0
