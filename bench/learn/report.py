@@ -15,7 +15,8 @@ IMPROVEMENT_MARGIN = 0.1  # a rise of at least this much over the base counts as
 
 
 def tag(results: dict[str, Any]) -> str:
-    return f"learn_{results.get('mode', 'full')}_seed{results['plan']['seeds'][0]}"
+    variant = results.get("variant") or ""
+    return f"learn_{results.get('mode', 'full')}{'_' + variant if variant else ''}_seed{results['plan']['seeds'][0]}"
 
 
 def _runs(results: dict[str, Any], method: str, user: str) -> list[dict[str, Any]]:

@@ -52,6 +52,7 @@ class Plan:
     temperature: float  # sampling temperature of training turns
     concurrency: int  # simulated sessions in flight at once
     version_wait_s: float  # how long to wait for a new version after each block
+    train_config: dict[str, Any] | None = None  # learner overrides, written as each server's train_config.json
 
     @classmethod
     def quick(cls, method: str, seed: int) -> Plan:
@@ -157,6 +158,8 @@ def run_one(settings: Settings, plan: Plan, guard: QualityGuard, shared: dict[st
                               "error": None}
     truths: list[Truth] = []
     child = child_settings(settings, data_dir, method=method)
+    if plan.train_config:  # the learner reads DATA_DIR/train_config.json; nothing is set behind its back
+        (data_dir / "train_config.json").write_text(json.dumps(plan.train_config))
     print(f"== {tag}", flush=True)
     try:
         with Server(child, data_dir.with_suffix(".log")) as server:
@@ -233,14 +236,15 @@ def runs_for(plan: Plan) -> list[tuple[str, str | None, int]]:
     return out
 
 
-def execute(settings: Settings, plan: Plan, *, command: str, mode: str, out_dir: Path) -> dict[str, Any]:
+def execute(settings: Settings, plan: Plan, *, command: str, mode: str, out_dir: Path, variant: str = ""
+            ) -> dict[str, Any]:
     """Run every (method, user, seed) of the plan and write the raw results, plots and markdown."""
     started = time.monotonic()
     guard = QualityGuard()
     assert guard.validation is not None
     results: dict[str, Any] = {
-        "command": command, "mode": mode, "plan": asdict(plan), "started_at": datetime.now(UTC).isoformat(),
-        "guard": asdict(guard.validation), "runs": [],
+        "command": command, "mode": mode, "variant": variant, "plan": asdict(plan),
+        "started_at": datetime.now(UTC).isoformat(), "guard": asdict(guard.validation), "runs": [],
     }
     shared: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="learnproxy-bench-") as tmp:
@@ -265,6 +269,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--interactions", type=int, help="training interactions per run")
     p.add_argument("--heldout", type=int, help="held-out prompts per user (0: all)")
     p.add_argument("--version-wait", type=float, help="seconds to wait for a new adapter after each block")
+    p.add_argument("--train-config", type=Path, metavar="JSON",
+                   help="learner settings (TrainConfig fields) for every trained run, e.g. {\"opd_mode\": \"topk\"}")
+    p.add_argument("--tag", default="", help="suffix for the result files, to keep variants apart")
     p.add_argument("--out", type=Path, default=DOCS, help="folder for learn_results/ and img/")
     p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
                    help="run nothing: merge raw results of several seeds and render them")
@@ -287,6 +294,12 @@ def plan_from(args: argparse.Namespace) -> Plan:
         plan = replace(plan, heldout_per_user=args.heldout)
     if args.version_wait is not None:
         plan = replace(plan, version_wait_s=args.version_wait)
+    if args.train_config:
+        from learner.config import TrainConfig
+
+        overrides = json.loads(args.train_config.read_text())
+        TrainConfig.from_json(overrides)  # fail now on a typo, not in every server's worker
+        plan = replace(plan, train_config=overrides)
     return plan
 
 
@@ -299,7 +312,7 @@ def main(argv: list[str], settings: Settings) -> int:
         report.write(results, args.out)
     else:
         results = execute(settings, plan_from(args), command=command, mode="quick" if args.quick else "full",
-                          out_dir=args.out)
+                          out_dir=args.out, variant=args.tag)
     body = report.render(results)
     print(body, flush=True)
     if args.out.resolve() == DOCS.resolve():  # figures in docs/ get their section in BENCHMARKS.md

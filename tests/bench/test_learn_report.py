@@ -91,3 +91,11 @@ def test_the_last_row_shows_the_final_version_even_after_an_overshoot() -> None:
         if run["method"] == "combined":
             run["points"][-1]["interactions"] = 35  # the last sessions ended past the planned 32
     assert "| 32 | 0.00 | 0.62 |" in report.render(r)
+
+
+def test_a_variant_gets_its_own_file_names() -> None:
+    from bench.learn.report import tag
+
+    plan = {"seeds": [3]}
+    assert tag({"mode": "full", "plan": plan}) == "learn_full_seed3"
+    assert tag({"mode": "full", "variant": "topk", "plan": plan}) == "learn_full_topk_seed3"
