@@ -73,6 +73,15 @@ def specific_gain(results: dict[str, Any], method: str, user: str) -> float | No
     return _mean(gains)
 
 
+def gain_over_off(results: dict[str, Any], method: str, user: str) -> float | None:
+    """Final held-out rate of the runs trained on `user` minus the untouched base's final rate."""
+    if method == "off":
+        return None
+    base = _mean([c[-1][1] if (c := curve(r, user)) else None for r in _runs(results, "off", user)])
+    target = _mean([c[-1][1] if (c := curve(r, user)) else None for r in _runs(results, method, user)])
+    return None if base is None or target is None else target - base
+
+
 def _methods(results: dict[str, Any]) -> list[str]:
     return list(results["plan"]["methods"])
 
@@ -99,8 +108,10 @@ def user_table(results: dict[str, Any], user: str) -> str:
         median = f"{statistics.median(found):.0f}" if found else "never"
         firsts.append(f"{median} ({len(found)}/{len(xs)} runs)")
     gains = [_fmt(specific_gain(results, m, user)) for m in methods]
+    over_off = [_fmt(gain_over_off(results, m, user)) for m in methods]
     lines.append("| first improvement | " + " | ".join(firsts) + " |")
-    lines.append("| specific gain | " + " | ".join(gains) + " |")
+    lines.append("| gain over off (final) | " + " | ".join(over_off) + " |")
+    lines.append("| specific gain (minus control) | " + " | ".join(gains) + " |")
     for key, label in (("guard_rate", "quality guard (final)"), ("rule_rate", "rule alone, guard or not (final)"),
                        ("mean_words", "mean words per reply (final)")):
         finals = [_mean([_final_eval(r, user, key) for r in _runs(results, m, user)]) for m in methods]

@@ -46,6 +46,8 @@ def test_specific_gain_is_target_minus_control_mean_over_seeds() -> None:
     assert report.specific_gain(r, "combined", "student") == 0.375
     assert report.specific_gain(r, "combined", "teacher") == 0.125
     assert report.specific_gain(r, "off", "student") is None
+    assert report.gain_over_off(r, "combined", "student") == 0.625
+    assert report.gain_over_off(r, "combined", "teacher") == 0.125
 
 
 def test_first_improvement_and_step_lookup() -> None:
@@ -61,7 +63,8 @@ def test_render_has_a_table_per_user_and_the_command() -> None:
     assert "learnproxy bench learn --method combined --seed 0" in md
     assert "#### student" in md and "#### teacher" in md
     assert "| 32 | 0.00 | 0.62 |" in md  # off stays at the base; combined is the seed mean at 32
-    assert "| specific gain | — | 0.38 |" in md
+    assert "| specific gain (minus control) | — | 0.38 |" in md
+    assert "| gain over off (final) | — | 0.62 |" in md  # mean of 0.75 and 0.5 over the base's 0.00
     assert "Limits:" in md
 
 
