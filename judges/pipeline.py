@@ -95,11 +95,13 @@ def decide(
     return Decision(0, "none", "no stage was confident", reply_label=label)
 
 
-def wants_hint_votes(decision: Decision, settings: Settings) -> bool:
-    """LLM hint votes, except for a confident correction: the user's own words are the hint there."""
+def wants_hint_votes(decision: Decision, inp: JudgeInput, settings: Settings) -> bool:
+    """LLM hint votes, except for a confident correction that can serve as the hint by itself."""
     if not settings.judge_llm_votes:
         return False
-    return decision.source != "reaction" or settings.hint_votes_on_correction
+    reply = (inp.user_reply or "").strip()
+    own_words = settings.hint_from_correction and len(reply) >= settings.hint_min_chars
+    return decision.source != "reaction" or not own_words or settings.hint_votes_on_correction
 
 
 def judge_turn(
@@ -121,7 +123,7 @@ def judge_turn(
         hint_results: list[VoteResult] = []
         choice = HintChoice(None, None)
         if decision.clear_mistake:
-            if client is not None and wants_hint_votes(decision, settings):
+            if client is not None and wants_hint_votes(decision, claimed, settings):
                 hint_results = hint_votes(client, settings, claimed)
             # the reply serves as a hint only if it does not read as approval
             choice = choose_hint(hint_results, claimed, settings, reply_may_correct=decision.reply_label != 1)

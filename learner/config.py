@@ -30,7 +30,7 @@ class TrainConfig:
     """What one training run used. Every field carries `help`; `__post_init__` checks the values."""
 
     method: Literal["rl", "opd", "combined"] = _f("combined", "rl: judge scores; opd: hints; combined: both.")
-    batch_size: int = _f(16, "Samples per training batch.")
+    batch_size: int = _f(8, "Samples per training batch (from settings.train_batch_size).")
     steps_per_batch: int = _f(2, "Optimizer steps taken on each batch (more steps: more clipping).")
     # --- LoRA --------------------------------------------------------------------------------
     rank: int = _f(16, "LoRA rank.")

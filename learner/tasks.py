@@ -23,7 +23,7 @@ from learner.run import run_train_step
 
 log = logging.getLogger(__name__)
 
-SOFT_TIME_LIMIT_S = 1800  # a batch of 16 long agent turns on a 2-core CPU, with room
+SOFT_TIME_LIMIT_S = 1800  # a batch of long agent turns (32k-token prompts) on a 2-core CPU, with room
 TIME_LIMIT_S = 1860
 
 

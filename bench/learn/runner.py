@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import tempfile
 import threading
 import time
@@ -159,6 +160,7 @@ def run_one(settings: Settings, plan: Plan, guard: QualityGuard, shared: dict[st
     truths: list[Truth] = []
     child = child_settings(settings, data_dir, method=method)
     if plan.train_config:  # the learner reads DATA_DIR/train_config.json; nothing is set behind its back
+        data_dir.mkdir(parents=True, exist_ok=True)
         (data_dir / "train_config.json").write_text(json.dumps(plan.train_config))
     print(f"== {tag}", flush=True)
     try:
@@ -299,6 +301,10 @@ def plan_from(args: argparse.Namespace) -> Plan:
 
         overrides = json.loads(args.train_config.read_text())
         TrainConfig.from_json(overrides)  # fail now on a typo, not in every server's worker
+        owned = sorted({"method", "batch_size"} & set(overrides))
+        if owned:  # the learner takes these from the server's settings, over the file
+            raise SystemExit(f"--train-config cannot set {', '.join(owned)}: use --method, or "
+                             "LEARNPROXY_TRAIN_BATCH_SIZE for the batch size")
         plan = replace(plan, train_config=overrides)
     return plan
 
@@ -307,6 +313,8 @@ def main(argv: list[str], settings: Settings) -> int:
     """Entry point for `learnproxy bench learn [--quick] [--method ...] [--seed N]`."""
     args = parse(argv)
     command = ("learnproxy bench learn " + " ".join(argv)).strip()
+    if not re.fullmatch(r"[A-Za-z0-9-]*", args.tag):
+        raise SystemExit(f"--tag {args.tag!r}: use letters, digits and '-'")
     if args.merge:
         results = report.merge([json.loads(path.read_text()) for path in args.merge])
         report.write(results, args.out)

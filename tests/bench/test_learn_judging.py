@@ -20,6 +20,7 @@ def _db_path(settings: Settings) -> Path:
 def test_returns_once_no_version_has_been_training_for_the_settle_time(db: Session, settings: Settings) -> None:
     db.add(AdapterVersion(name="v1-a", base_model="m", method="combined", state=AdapterState.published))
     db.commit()
+    assert _db_path(settings).exists()
     started = time.monotonic()
     wait_for_training(_db_path(settings), timeout_s=30.0, settle_s=0.5)
     assert time.monotonic() - started < 5.0

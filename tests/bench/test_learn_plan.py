@@ -25,3 +25,18 @@ def test_a_train_config_file_is_checked_and_carried_to_every_server(tmp_path: Pa
     path.write_text(json.dumps({"opd_mod": "topk"}))
     with pytest.raises(ValueError, match="unknown TrainConfig fields"):
         plan_from(parse(["--train-config", str(path)]))
+
+
+def test_settings_the_server_owns_are_refused_in_a_train_config(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"batch_size": 4}))
+    with pytest.raises(SystemExit, match="LEARNPROXY_TRAIN_BATCH_SIZE"):
+        plan_from(parse(["--train-config", str(path)]))
+
+
+def test_a_tag_must_be_safe_in_file_names() -> None:
+    from bench.learn.runner import main
+    from core.settings import Settings
+
+    with pytest.raises(SystemExit, match="--tag"):
+        main(["--tag", "../x", "--merge", "nothing.json"], Settings())

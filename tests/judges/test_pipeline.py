@@ -259,6 +259,21 @@ def test_a_confident_correction_is_its_own_hint_and_costs_no_hint_votes(
 
 
 @pytest.mark.slow
+def test_a_correction_too_short_to_be_a_hint_still_asks_the_judge_for_one(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    on = judge_settings.model_copy(update={"judge_reaction": True, "hint_min_chars": 20})
+    judge_server.hint = [HINT]
+    turn_id = add_turn(db, next_state=[{"role": "user", "content": "No, wrong."}])  # under hint_min_chars
+    outcome = judge_turn(session_factory, client, on, turn_id)
+    assert (outcome.score, outcome.source, outcome.action) == (-1, "reaction", "hinted")
+    assert judge_server.kinds() == ["hint"] * on.judge_votes
+    turn = db.get(Turn, turn_id)
+    assert turn is not None and turn.hint_source == "judge"
+
+
+@pytest.mark.slow
 def test_a_reply_that_reads_as_approval_never_becomes_a_hint(
     db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
     judge_server: ScriptedJudge,

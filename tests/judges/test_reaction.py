@@ -76,6 +76,13 @@ def test_a_reaction_followed_by_a_new_request_is_read_from_its_first_sentence(cl
 def test_a_reply_with_both_signs_is_left_unclear(classifier) -> None:  # type: ignore[no-untyped-def]
     reaction = classifier.classify("Thanks! That fixed it. But the tests now fail.")
     assert reaction.score is None
+    assert reaction.label == -1  # it holds a correction: it may still serve as a hint
+
+
+def test_lines_are_sentences_too(classifier) -> None:  # type: ignore[no-untyped-def]
+    from judges.reaction import leading_sentences
+
+    assert leading_sentences("thanks\nnow do the same for the parser") == ["thanks", "now do the same for the parser"]
 
 
 def test_the_trained_weights_are_cached_on_disk(tmp_path: Path) -> None:
