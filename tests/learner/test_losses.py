@@ -80,5 +80,5 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(opd_mode="bogus")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ratio_cap"):
         TrainConfig(ratio_cap=1.1)
-    assert TrainConfig().resolved_lr("cpu") == 1e-4 and TrainConfig().resolved_lr("cuda:0") == 1e-5
+    assert TrainConfig().resolved_lr("cpu") == 3e-4 and TrainConfig().resolved_lr("cuda:0") == 1e-5
     assert TrainConfig.from_json(TrainConfig(rank=8).to_json()).rank == 8
