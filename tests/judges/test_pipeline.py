@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core.models import Turn, TurnStatus, Vote
 from core.settings import Settings
 from judges.client import JudgeClient, JudgeUnavailable
-from judges.pipeline import judge_turn, reaction_for
+from judges.pipeline import JudgeOutcome, judge_turn, reaction_for
 from judges.prompts import load_template
 from tests.judges.conftest import HINT, PRM_NO, PRM_YES, ScriptedJudge, add_turn, tool_call
 
@@ -237,6 +237,16 @@ def test_stages_can_be_switched_off(
     assert (outcome.score, outcome.source) == (0, "none")
 
 
+def judge_reply(db: Session, factory: sessionmaker[Session], client: JudgeClient, settings: Settings,
+                reply: str) -> tuple[JudgeOutcome, Turn]:
+    """Judge a turn whose next state is the user's `reply`; the outcome and the stored turn."""
+    turn_id = add_turn(db, next_state=[{"role": "user", "content": reply}])
+    outcome = judge_turn(factory, client, settings, turn_id)
+    turn = db.get(Turn, turn_id)
+    assert turn is not None
+    return outcome, turn
+
+
 @pytest.mark.slow
 def test_a_confident_correction_is_its_own_hint_and_costs_no_hint_votes(
     db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
@@ -244,17 +254,14 @@ def test_a_confident_correction_is_its_own_hint_and_costs_no_hint_votes(
 ) -> None:
     on = judge_settings.model_copy(update={"judge_reaction": True})
     reply = "That is wrong, the function still crashes on empty input. Fix it."
-    turn_id = add_turn(db, next_state=[{"role": "user", "content": reply}])
-    outcome = judge_turn(session_factory, client, on, turn_id)
+    outcome, turn = judge_reply(db, session_factory, client, on, reply)
     assert (outcome.score, outcome.source, outcome.action) == (-1, "reaction", "hinted")
-    turn = db.get(Turn, turn_id)
-    assert turn is not None and (turn.hint, turn.hint_source) == (reply, "correction")
+    assert (turn.hint, turn.hint_source) == (reply, "correction")
     assert judge_server.kinds() == []  # neither PRM nor hint votes were asked for
     # the judge can still be asked to rephrase corrections into hints
     judge_server.hint = [HINT]
     asked = on.model_copy(update={"hint_votes_on_correction": True})
-    other = add_turn(db, next_state=[{"role": "user", "content": reply}])
-    judge_turn(session_factory, client, asked, other)
+    judge_reply(db, session_factory, client, asked, reply)
     assert judge_server.kinds() == ["hint"] * asked.judge_votes
 
 
@@ -265,12 +272,10 @@ def test_a_correction_too_short_to_be_a_hint_still_asks_the_judge_for_one(
 ) -> None:
     on = judge_settings.model_copy(update={"judge_reaction": True, "hint_min_chars": 20})
     judge_server.hint = [HINT]
-    turn_id = add_turn(db, next_state=[{"role": "user", "content": "No, wrong."}])  # under hint_min_chars
-    outcome = judge_turn(session_factory, client, on, turn_id)
+    outcome, turn = judge_reply(db, session_factory, client, on, "No, wrong.")  # under hint_min_chars
     assert (outcome.score, outcome.source, outcome.action) == (-1, "reaction", "hinted")
     assert judge_server.kinds() == ["hint"] * on.judge_votes
-    turn = db.get(Turn, turn_id)
-    assert turn is not None and turn.hint_source == "judge"
+    assert turn.hint_source == "judge"
 
 
 @pytest.mark.slow
@@ -286,8 +291,6 @@ def test_a_reply_that_reads_as_approval_never_becomes_a_hint(
     # the votes (wrongly) call it a clear mistake and offer no hint: the user's approval is no hint either
     judge_server.prm = [PRM_NO]
     judge_server.hint = ["\\boxed{-1}"]
-    turn_id = add_turn(db, next_state=[{"role": "user", "content": reply}])
-    outcome = judge_turn(session_factory, client, on, turn_id)
+    outcome, turn = judge_reply(db, session_factory, client, on, reply)
     assert (outcome.score, outcome.source, outcome.action) == (-1, "votes", "judged")
-    turn = db.get(Turn, turn_id)
-    assert turn is not None and turn.hint is None
+    assert turn.hint is None
