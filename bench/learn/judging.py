@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, select
+from sqlalchemy import Engine, create_engine, select
 
 from bench.learn.sim import Truth
 from core.models import AdapterState, AdapterVersion, Turn
@@ -21,10 +21,15 @@ from core.models import AdapterState, AdapterVersion, Turn
 STALL_S = 150.0
 
 
+def _read_only(db_path: Path) -> Engine:
+    """The run's SQLite DB opened read-only: the benchmark never writes behind the proxy's back."""
+    return create_engine(f"sqlite:///file:{db_path}?mode=ro&uri=true", connect_args={"timeout": 30})
+
+
 def _read_turns(db_path: Path, session_ids: set[str]) -> dict[str, list[Turn]]:
     if not db_path.exists() or not session_ids:
         return {}
-    engine = create_engine(f"sqlite:///file:{db_path}?mode=ro&uri=true", connect_args={"timeout": 30})
+    engine = _read_only(db_path)
     try:
         with engine.connect() as conn:
             rows = conn.execute(
@@ -69,7 +74,7 @@ def wait_for_judging(db_path: Path, truths: list[Truth], *, timeout_s: float) ->
 
 
 def _training_now(db_path: Path) -> int:
-    engine = create_engine(f"sqlite:///file:{db_path}?mode=ro&uri=true", connect_args={"timeout": 30})
+    engine = _read_only(db_path)
     try:
         with engine.connect() as conn:
             rows = conn.execute(select(AdapterVersion.id).where(AdapterVersion.state == AdapterState.training))
