@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from core.migrate import upgrade
+from core.modelload import set_torch_threads, share_threads
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,17 @@ def register(sub: Any) -> None:
 def overridden(settings: Settings, args: argparse.Namespace) -> Settings:
     update = {k: getattr(args, k) for k in ("host", "port", "model") if getattr(args, k, None) is not None}
     return settings.model_copy(update=update)
+
+
+def threads_for(settings: Settings, *, with_worker: bool) -> Settings:
+    """Share the cores between the engine, the trainer and the judge tasks this command starts.
+
+    Alone, the engine keeps torch's default. With workers, every process gets an equal share,
+    passed on through the settings, so that they do not oversubscribe the cores together.
+    """
+    if settings.torch_threads or not with_worker:
+        return settings
+    return settings.model_copy(update={"torch_threads": share_threads(2 + settings.judge_concurrency)})
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -76,7 +88,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     from cli.app import build_app
 
-    settings = overridden(settings, args)
+    settings = threads_for(overridden(settings, args), with_worker=args.with_worker)
+    set_torch_threads(settings.torch_threads)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.db_url)
     workers = start_workers(settings) if args.with_worker else []

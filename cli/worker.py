@@ -15,10 +15,11 @@ import threading
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import worker_process_init, worker_ready
 
 from core.celery_app import JUDGE_QUEUE, create_celery
 from core.db import make_engine, make_session_factory
+from core.modelload import set_torch_threads, share_threads
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,9 @@ def start_worker(
     loglevel: str = "INFO",
 ) -> int:
     """Run a worker in this process until it is stopped; returns its exit code."""
+    threads = settings.torch_threads or share_threads(concurrency)
+    set_torch_threads(threads)  # before the pool forks; each child sets it again as it starts
+    worker_process_init.connect(lambda **_: set_torch_threads(threads), weak=False)
     app = create_celery(settings)
     app.conf.include = [m for m in app.conf.include if _importable(m)]
     stop = threading.Event()

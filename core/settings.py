@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     device: str = Field(default="auto", description="auto, cpu or cuda[:N] for the embedded engine and learner.")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     max_batch_size: int = Field(default=8, ge=1, description="Sequences decoded together by the embedded engine.")
+    torch_threads: int = Field(
+        default=0, ge=0, description="CPU threads for torch in each learnproxy process; 0: share the CPU "
+        "cores among the processes `serve --with-worker` starts (one process per core at least).")
     default_max_tokens: int = Field(default=512, ge=1)
     host: str = "127.0.0.1"
     port: int = 8000

@@ -31,6 +31,7 @@ from bench.learn.quality import QualityGuard
 from bench.learn.server import Server, child_settings
 from bench.learn.sim import Chat, Truth, cycle, evaluate, session
 from bench.learn.users import Prompt, User, all_users, control_for
+from core.modelload import set_torch_threads
 from core.settings import Settings
 
 METHODS = ("off", "rl", "opd", "combined")
@@ -242,6 +243,8 @@ def execute(settings: Settings, plan: Plan, *, command: str, mode: str, out_dir:
             ) -> dict[str, Any]:
     """Run every (method, user, seed) of the plan and write the raw results, plots and markdown."""
     started = time.monotonic()
+    # This process only drives the server and embeds replies for the guard: one core's worth.
+    set_torch_threads(settings.torch_threads or 1)
     guard = QualityGuard()
     assert guard.validation is not None
     results: dict[str, Any] = {
