@@ -160,6 +160,8 @@ def render(results: dict[str, Any]) -> str:
            f"interactions per run · {results.get('elapsed_s', 0):.0f} s in all. Held-out satisfaction is the "
            f"user's own rule on replies that pass the quality guard, greedy, as side turns; `off` is the "
            f"untouched base. Raw results: `docs/learn_results/{tag(results)}.json`.", ""]
+    if plan.get("train_config"):  # the file named in the command may be gone; its content is not
+        out += [f"Learner overrides (`--train-config`): `{json.dumps(plan['train_config'], sort_keys=True)}`.", ""]
     errors = [f"{r['method']}/{r['trained_on']}/seed {r['seed']}: {r['error']}"
               for r in results["runs"] if r["error"]]
     if errors:

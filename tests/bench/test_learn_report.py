@@ -102,3 +102,10 @@ def test_a_variant_gets_its_own_file_names() -> None:
     plan = {"seeds": [3]}
     assert tag({"mode": "full", "plan": plan}) == "learn_full_seed3"
     assert tag({"mode": "full", "variant": "topk", "plan": plan}) == "learn_full_topk_seed3"
+
+
+def test_render_names_the_learner_overrides_of_a_variant() -> None:
+    r = results()
+    assert "Learner overrides" not in report.render(r)
+    r["plan"]["train_config"] = {"opd_mode": "topk"}
+    assert 'Learner overrides (`--train-config`): `{"opd_mode": "topk"}`.' in report.render(r)
