@@ -67,19 +67,14 @@ def test_two_concurrent_streams_are_decoded_together(model_path: str) -> None:
     a, b = _ids(model_path, PROMPT_A), _ids(model_path, PROMPT_B)
 
     async def body(engine: EmbeddedEngine) -> None:
-        await _collect(engine, a, n=4)  # warm-up
-        start = time.perf_counter()
         solo = await _collect(engine, a, n=32)
-        solo_s = time.perf_counter() - start
         steps_before = engine.steps
-        start = time.perf_counter()
         first, second = await asyncio.gather(_collect(engine, a, n=32), _collect(engine, b, n=32))
-        pair_s = time.perf_counter() - start
         assert len(first["tokens"]) == len(second["tokens"]) == 32
         assert engine.max_rows_seen == 2
-        # one forward per step served both rows: about 31 decode steps, not 62
+        # one forward per step served both rows: about 31 decode steps, not 62 (the speed-up itself
+        # is measured by `learnproxy bench engine`, not timed here on shared cores)
         assert engine.steps - steps_before <= 33
-        assert pair_s < 1.6 * solo_s, (pair_s, solo_s)
         # the token timestamps interleave: each stream got tokens while the other was still running
         assert first["times"][0] < second["times"][-1] and second["times"][0] < first["times"][-1]
         assert solo["finish"] == "length"
