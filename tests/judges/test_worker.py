@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import redis
 from kombu import Connection
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.orm import Session, sessionmaker
@@ -141,8 +142,13 @@ def test_worker_on_redis(
 ) -> None:
     # a Redis DB of its own, so other suites sharing the server never consume these tasks
     redis_settings = settings.model_copy(update={"broker_url": redis_url.rsplit("/", 1)[0] + "/13"})
-    create_celery(redis_settings).control.purge()
+    broker = redis.Redis.from_url(redis_settings.broker, socket_timeout=10)
+    broker.flushdb()
     run_two_turns(redis_settings, db, session_factory, judge_server, start_worker)
+    # the tasks travelled through Redis: kombu bound the judge queue there, and no SQLite broker exists
+    assert broker.exists("_kombu.binding.judge")
+    assert not (settings.data_dir / "broker.db").exists()
+    broker.close()
 
 
 def test_killed_worker_loses_nothing_and_the_turn_is_judged_once(
