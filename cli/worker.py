@@ -66,8 +66,10 @@ def start_worker(
 ) -> int:
     """Run a worker in this process until it is stopped; returns its exit code."""
     threads = settings.torch_threads or share_threads(concurrency)
-    set_torch_threads(threads)  # before the pool forks; each child sets it again as it starts
-    worker_process_init.connect(lambda **_: set_torch_threads(threads), weak=False)
+    if pool == "prefork":  # tasks run in the forked children: each sets its share as it starts
+        worker_process_init.connect(lambda **_: set_torch_threads(threads), weak=False)
+    else:  # tasks run in this process
+        set_torch_threads(threads)
     app = create_celery(settings)
     app.conf.include = [m for m in app.conf.include if _importable(m)]
     stop = threading.Event()

@@ -85,13 +85,14 @@ def share_threads(processes: int) -> int:
     return max(1, cpu_cores() // max(1, processes))
 
 
-def set_torch_threads(threads: int) -> int:
-    """Limit this process's torch intra-op threads (0: leave torch's default); returns the count in use."""
+def set_torch_threads(threads: int) -> None:
+    """Limit this process's torch intra-op threads; 0 leaves torch's default and does not import it."""
+    if threads <= 0:
+        return
     import torch
 
-    if threads > 0 and torch.get_num_threads() != threads:
+    if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-    return int(torch.get_num_threads())
 
 
 def pick_device(device: str) -> str:

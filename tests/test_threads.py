@@ -38,7 +38,8 @@ def test_set_torch_threads_limits_the_process_and_its_threads() -> None:
     code = (
         "import threading, torch\n"
         "from core.modelload import set_torch_threads\n"
-        "print(set_torch_threads(1))\n"
+        "set_torch_threads(1)\n"
+        "print(torch.get_num_threads())\n"
         "seen = []\n"
         "t = threading.Thread(target=lambda: seen.append(torch.get_num_threads())); t.start(); t.join()\n"
         "print(seen[0])\n"
