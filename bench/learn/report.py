@@ -148,7 +148,7 @@ def hinted_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render(results: dict[str, Any]) -> str:
+def render(results: dict[str, Any], img_dir: str = "img") -> str:
     """The markdown section: one table per user, the judge's reliability, the hinted ceiling."""
     from bench.learn.users import all_users
 
@@ -170,7 +170,7 @@ def render(results: dict[str, Any]) -> str:
         metric = "valid first tool call rate" if users[user].tools else "satisfaction"
         out += [f"#### {user}: {users[user].description}", "",
                 f"Held-out {metric} against interactions (mean over seeds).", "",
-                user_table(results, user), "", f"![{user}](img/{tag(results)}_{user}.png)", ""]
+                user_table(results, user), "", f"![{user}]({img_dir}/{tag(results)}_{user}.png)", ""]
     out += ["#### Hinted-teacher compliance (the ceiling of hint distillation)", "",
             hinted_table(results), "",
             "#### Judge against the simulator's ground truth (training turns)", "", judge_table(results), "",
@@ -235,5 +235,6 @@ def write(results: dict[str, Any], out_dir: Path) -> list[Path]:
         path = out_dir / "img" / f"{name}_{user}.png"
         plot(results, user, path)
         written.append(path)
-    (out_dir / "learn_results" / f"{name}.md").write_text(render(results) + "\n")
+    # the copy beside the JSON links the plots from learn_results/, one folder down
+    (out_dir / "learn_results" / f"{name}.md").write_text(render(results, img_dir="../img") + "\n")
     return written

@@ -75,6 +75,10 @@ def test_write_saves_json_plots_and_markdown(tmp_path: Path) -> None:
     pngs = [p for p in paths if p.suffix == ".png"]
     assert len(pngs) == 2
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000 for p in pngs)
+    markdown = (tmp_path / "learn_results" / f"{report.tag(raw)}.md").read_text()
+    for png in pngs:  # each plot link resolves from the markdown file's own folder
+        link = f"../img/{png.name}"
+        assert f"]({link})" in markdown and (paths[0].parent / link).resolve() == png.resolve()
 
 
 def test_merge_joins_seeds_from_separate_runs() -> None:
