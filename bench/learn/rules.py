@@ -18,6 +18,8 @@ SCORE_LINE = re.compile(r"^Score: (10|[0-9])/10$")
 # A sentence ends at . ! or ? followed by space or the end, so decimals like 3.5 do not split.
 SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
+# "In short," or "In short:" as the reply's first words, then the answer itself.
+BOTTOM_LINE = re.compile(r"^[\W_]*in short\s*[,:\-–—]\s*\S", re.I)
 
 
 @dataclass(frozen=True)
@@ -76,3 +78,10 @@ def check_brief(text: str, *, max_words: int = 25) -> list[Violation]:
     if BULLET.search(text):
         found.append(Violation("list", "uses a list"))
     return found
+
+
+def check_bottomline(text: str) -> list[Violation]:
+    """A reader who wants the bottom line first: the reply opens with "In short," and an answer."""
+    if not BOTTOM_LINE.match(text.strip()):
+        return [Violation("bottom_line", "does not open with 'In short,' and the answer")]
+    return []

@@ -83,6 +83,12 @@ BRIEF_TOO_LONG = (
     "I'm in a hurry, give me a much shorter answer, a sentence or two.",
     "Cut it down, I don't have time to read all that.",
 )
+BOTTOM_LINE = (
+    "You buried the answer. Start with 'In short,' and then the answer.",
+    "I only read the first line and it told me nothing. Open with 'In short,' and what to do.",
+    "That's not the bottom line first. Begin with 'In short,', then the detail if you must.",
+    "Where's the bottom line? Begin the reply with 'In short,' next time.",
+)
 TOOL_FAILED = (
     "The weather lookup failed. Write the date like 2027-03-14, and units are celsius or fahrenheit.",
     "That didn't work, the tool rejected the call. Use a YYYY-MM-DD date.",
@@ -151,7 +157,7 @@ def load_pool(name: str) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
 
 @cache
 def all_users() -> dict[str, User]:
-    """The benchmark's users by name: three text preferences and one tool-use agent."""
+    """The benchmark's users by name: four text preferences and one tool-use agent."""
     from bench.learn.tools import WEATHER_TOOL
 
     def user(name: str, description: str, hint: str, check: Callable[[str], list[Violation]] | None,
@@ -173,6 +179,10 @@ def all_users() -> dict[str, User]:
             "brief", "a busy reader: at most 25 words, plain prose",
             "Answer in at most 25 words of plain prose, no lists.", rules.check_brief,
             corrections={"too_long": BRIEF_TOO_LONG}),
+        "bottomline": user(
+            "bottomline", "a manager who wants the bottom line first: the reply opens with 'In short,'",
+            "Begin your reply with 'In short,' followed by the answer.", rules.check_bottomline,
+            corrections={"bottom_line": BOTTOM_LINE}),
         "weather": user(
             "weather", "an agent task: call get_weather with an ISO date and a units enum value",
             "Call get_weather with the date written as YYYY-MM-DD and units set to celsius or fahrenheit.",

@@ -51,6 +51,22 @@ def test_brief_rule_counts_words_and_lists() -> None:
     assert [v.code for v in rules.check_brief("- dim the screen\n- close apps")] == ["list"]
 
 
+BOTTOM_LINE = [
+    ("In short, yes: move it to Monday. Fewer people are away then.", []),
+    ("in short: no.", []),
+    ("**In short,** keep the lease.", []),
+    ("Short answer: yes.", ["bottom_line"]),
+    ("In short", ["bottom_line"]),  # the opener alone answers nothing
+    ("It depends. In short, yes.", ["bottom_line"]),  # the bottom line must come first
+    ("Inshort, yes.", ["bottom_line"]),
+]
+
+
+@pytest.mark.parametrize(("text", "codes"), BOTTOM_LINE)
+def test_bottomline_rule(text: str, codes: list[str]) -> None:
+    assert [v.code for v in rules.check_bottomline(text)] == codes
+
+
 CALLS = [
     ({"city": "Paris", "date": "2027-03-14", "units": "celsius"}, True, True, None),
     ({"city": "paris", "date": "2027-03-14", "units": "celsius"}, True, True, None),
@@ -100,7 +116,7 @@ def test_the_base_style_reply_fails_every_text_rule() -> None:
     """A typical chatbot reply (measured shape: opener, heading, list, long) breaks all three rules."""
     reply = ("Certainly! Here's why.\n\n## Reasons\n\n1. Less daylight means less chlorophyll.\n"
              "2. Yellow pigments show. 3. Red ones are made. This happens every autumn in many trees.")
-    for name in ("student", "teacher", "brief"):
+    for name in ("student", "teacher", "brief", "bottomline"):
         check = all_users()[name].check
         assert check is not None and check(reply), name
 
@@ -113,6 +129,8 @@ def test_reactions_never_state_a_score_and_name_the_fault() -> None:
     assert "bullet" in user.correction("list", rng).lower() or "list" in user.correction("list", rng).lower()
     teacher = all_users()["teacher"]
     assert "one sentence" in " ".join(teacher.corrections["too_long"]).lower()
+    bottomline = all_users()["bottomline"]
+    assert all("In short," in p for p in bottomline.corrections["bottom_line"])
 
 
 def test_follow_up_asks_a_new_question_or_a_redo() -> None:
