@@ -260,10 +260,11 @@ def execute(settings: Settings, plan: Plan, *, command: str, mode: str, out_dir:
         for method, user_name, seed in runs_for(plan):
             results["runs"].append(run_one(settings, plan, guard, shared, method=method, user_name=user_name,
                                            seed=seed, workdir=Path(tmp)))
-    results["baseline"] = shared.get("baseline")
-    results["hinted"] = shared.get("hinted")
-    results["elapsed_s"] = round(time.monotonic() - started, 1)
-    report.write(results, out_dir)
+            # after every run, so an interrupted multi-hour benchmark keeps the runs it finished
+            results["baseline"] = shared.get("baseline")
+            results["hinted"] = shared.get("hinted")
+            results["elapsed_s"] = round(time.monotonic() - started, 1)
+            report.write(results, out_dir)
     return results
 
 
@@ -294,7 +295,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         unknown = set(users) - set(all_users())
         if unknown:
             raise SystemExit(f"unknown users: {', '.join(sorted(unknown))}")
-        plan = replace(plan, users=users, eval_users=tuple(dict.fromkeys(users + plan.eval_users)))
+        plan = replace(plan, users=users, eval_users=users)
     if args.interactions:
         every = min(plan.eval_every, args.interactions)
         plan = replace(plan, interactions=args.interactions, eval_every=every,
