@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.learn.runner import parse, plan_from
+from bench.learn.users import control_for
 
 
 def test_quick_is_one_user_off_and_combined() -> None:
@@ -22,6 +23,7 @@ def test_a_train_config_file_is_checked_and_carried_to_every_server(tmp_path: Pa
     plan = plan_from(parse(["--method", "opd", "--users", "student,brief", "--train-config", str(path)]))
     assert plan.train_config == {"opd_mode": "topk", "kl_coef": 0.05}
     assert plan.users == ("student", "brief") and plan.methods == ("opd",)
+    assert plan.eval_users == ("student", "brief")  # no pools of users the run never trains
     path.write_text(json.dumps({"opd_mod": "topk"}))
     with pytest.raises(ValueError, match="unknown TrainConfig fields"):
         plan_from(parse(["--train-config", str(path)]))
@@ -40,3 +42,11 @@ def test_a_tag_must_be_safe_in_file_names() -> None:
 
     with pytest.raises(SystemExit, match="--tag"):
         main(["--tag", "../x", "--merge", "nothing.json"], Settings())
+
+
+def test_the_full_run_trains_users_whose_neighbours_have_other_rules() -> None:
+    """Each user's control is the next user; student and brief (both reward short prose) never meet."""
+    plan = plan_from(parse([]))
+    controls = {user: control_for(plan.users, user) for user in plan.users}
+    assert controls["student"] != "brief" and controls["brief"] != "student"
+    assert "teacher" not in plan.users and "bottomline" in plan.users
