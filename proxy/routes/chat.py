@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -16,6 +18,37 @@ from proxy.serving_chat import ChatService, hints_from
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_access)])
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DISCONNECT_POLL_S = 0.25
+CLIENT_CLOSED = 499  # nginx's code for a client that left first; nobody reads this response
+
+
+async def _until_disconnected(request: Request) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(DISCONNECT_POLL_S)
+
+
+async def _collect_unless_gone(request: Request, collect: Any) -> Response:
+    """The whole reply, or, once the client hangs up (a timeout, say), nothing: the engine stops.
+
+    A stream notices a departed client at its next write. A plain reply writes once, at the end,
+    so without this watch a client that timed out (and maybe retried) would keep the engine busy
+    generating a reply nobody will read; the turn is logged as an abort, as a closed stream is.
+    """
+    reply = asyncio.ensure_future(collect)
+    watch = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        await asyncio.wait({reply, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the server is stopping: stop generating too
+        reply.cancel()
+        raise
+    finally:
+        watch.cancel()
+    if reply.done():
+        return JSONResponse(reply.result())
+    reply.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reply
+    return Response(status_code=CLIENT_CLOSED)
 
 
 def _decode(body: bytes) -> Any:
@@ -42,4 +75,4 @@ async def chat_completions(request: Request) -> Response:
     run = await service.start(req, payload, hints, client)
     if req.stream:
         return StreamingResponse(run.sse(), media_type="text/event-stream", headers=SSE_HEADERS)
-    return JSONResponse(await run.collect())
+    return await _collect_unless_gone(request, run.collect())
