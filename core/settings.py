@@ -62,7 +62,12 @@ class Settings(BaseSettings):
         "decides at once need not wait behind one that waits for LLM votes, and votes of two turns batch.")
     judge_temperature: float = 0.6
     judge_max_tokens: int = 256
-    judge_timeout_s: float = 120.0
+    judge_timeout_s: float = Field(
+        default=120.0, gt=0, description="Longest wait for the judge's next token (the first included): a "
+        "vote streams, so a slow judge that keeps writing is not cut off, a stalled one is.")
+    judge_deadline_s: float = Field(
+        default=270.0, gt=0, description="Longest a single vote may take in all; two rounds (votes, hints) "
+        "stay inside the judge task's time limit.")
     judge_max_input_chars: int = 4000
     judge_signals: bool = Field(default=True, description="Deterministic tool-error signals stage.")
     judge_reaction: bool = Field(default=True, description="User-reaction classifier stage.")

@@ -23,7 +23,7 @@ from judges.pipeline import judge_turn as judge_turn_fn
 
 log = logging.getLogger(__name__)
 
-SOFT_TIME_LIMIT_S = 600  # two judge rounds (votes, hints) at the default 120 s timeout, with room
+SOFT_TIME_LIMIT_S = 600  # two judge rounds (votes, hints) at the default 270 s deadline, with room
 TIME_LIMIT_S = 660
 STALE_AFTER_S = float(TIME_LIMIT_S + 60)  # a `judging` claim older than this lost its worker
 

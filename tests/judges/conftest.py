@@ -3,13 +3,19 @@
 The scripted judge is an OpenAI-compatible server standing in for a remote judge endpoint at the
 network edge (any `LEARNPROXY_JUDGE_URL`). It follows the Chat Completions response shape field for
 field (https://platform.openai.com/docs/api-reference/chat/object): `id`, `object`,
-`created`, `model`, `choices[].message.{role,content}`, `choices[].finish_reason`, `usage`. It runs
-under a real uvicorn server in a thread, so worker subprocesses reach it over real HTTP.
+`created`, `model`, `choices[].message.{role,content}`, `choices[].finish_reason`, `usage`. Asked to
+stream, it answers server-sent events in the chunk shape of
+https://platform.openai.com/docs/api-reference/chat-streaming: `data: {"id", "object":
+"chat.completion.chunk", "created", "model", "choices": [{"index", "delta", "finish_reason"}]}` lines,
+a last chunk with `finish_reason`, then `data: [DONE]`. It runs under a real uvicorn server in a
+thread, so worker subprocesses reach it over real HTTP.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import socket
 import threading
 import time
@@ -20,7 +26,7 @@ from typing import Any
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sqlalchemy.orm import Session
 
 from core.blobs import insert_blobs, json_row
@@ -40,6 +46,8 @@ class ScriptedJudge:
     hint: list[str] = field(default_factory=lambda: [HINT])
     status: int = 200  # set 503 to play an endpoint that is down
     delay_s: float = 0.0  # set to hold requests (a task in flight)
+    chunk_delay_s: float = 0.0  # streamed replies: pause before each word (a slow but steady judge)
+    fail_mid_stream: bool = False  # streamed replies: an error event after the first word
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     url: str = ""
@@ -64,26 +72,45 @@ def build_app(judge: ScriptedJudge) -> FastAPI:
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> JSONResponse:
+    async def chat(request: Request) -> Response:
         body = await request.json()
         judge.requests.append(body)
         judge.headers.append(dict(request.headers))
         if judge.delay_s:
-            import asyncio
-
             await asyncio.sleep(judge.delay_s)
         if judge.status != 200:
             return JSONResponse({"error": {"message": "overloaded", "type": "server_error", "param": None,
                                            "code": None}}, status_code=judge.status)
         text = judge.next_reply(kind_of(body))
+        rid, created = f"chatcmpl-{len(judge.requests)}", int(time.time())
+        if body.get("stream"):
+            return StreamingResponse(stream(judge, text, rid, created, body["model"]),
+                                     media_type="text/event-stream")
         return JSONResponse({
-            "id": f"chatcmpl-{len(judge.requests)}", "object": "chat.completion", "created": int(time.time()),
-            "model": body["model"],
+            "id": rid, "object": "chat.completion", "created": created, "model": body["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
         })
 
     return app
+
+
+async def stream(judge: ScriptedJudge, text: str, rid: str, created: int, model: str) -> Any:
+    def chunk(delta: dict[str, str], finish: str | None = None) -> str:
+        return "data: " + json.dumps({"id": rid, "object": "chat.completion.chunk", "created": created,
+                                      "model": model, "choices": [{"index": 0, "delta": delta,
+                                                                   "finish_reason": finish}]}) + "\n\n"
+
+    yield chunk({"role": "assistant", "content": ""})
+    for i, word in enumerate(text.split(" ")):
+        await asyncio.sleep(judge.chunk_delay_s)
+        if judge.fail_mid_stream and i == 1:
+            error = {"message": "engine failed", "type": "server_error", "param": None, "code": None}
+            yield "data: " + json.dumps({"error": error}) + "\n\n"
+            return
+        yield chunk({"content": word if i == 0 else " " + word})
+    yield chunk({}, "stop")
+    yield "data: [DONE]\n\n"
 
 
 def free_port() -> int:
