@@ -51,6 +51,9 @@ class TrainConfig:
     opd_clip: float = _f(5.0, "OPD token advantage is clipped to [-c, c].")
     opd_mode: Literal["token", "topk"] = _f("token", "token: teacher-student on sampled tokens; topk: KL.")
     top_k: int = _f(16, "Teacher tokens kept per position in topk mode (the rest form a tail bucket).")
+    topk_direction: Literal["reverse", "forward"] = _f(
+        "reverse", "topk mode: KL(student||teacher), mode-seeking; or KL(teacher||student), which also "
+        "raises tokens the student gives almost no mass.")
     teacher: Literal["base", "adapter"] = _f("base", "Teacher weights: base model or current adapter.")
     baseline: bool = _f(True, "Subtract the batch-mean score from RL advantages.")
     max_staleness: int = _f(4, "Drop samples served more than this many adapter versions ago.")
@@ -67,6 +70,8 @@ class TrainConfig:
             problems.append(f"method={self.method!r}: set rl, opd or combined")
         if self.opd_mode not in ("token", "topk"):
             problems.append(f"opd_mode={self.opd_mode!r}: set token or topk")
+        if self.topk_direction not in ("reverse", "forward"):
+            problems.append(f"topk_direction={self.topk_direction!r}: set reverse or forward")
         if self.teacher not in ("base", "adapter"):
             problems.append(f"teacher={self.teacher!r}: set base or adapter")
         for name in ("batch_size", "steps_per_batch", "rank", "top_k", "logprob_chunk"):

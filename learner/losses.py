@@ -63,6 +63,24 @@ def topk_reverse_kl(
     return (s.exp() * (s - t)).sum(-1)
 
 
+def topk_forward_kl(
+    student_topk: torch.Tensor,
+    student_tail: torch.Tensor,
+    teacher_topk: torch.Tensor,
+    teacher_tail: torch.Tensor,
+) -> torch.Tensor:
+    """Per-position KL(teacher || student) over the teacher's top-K tokens plus one tail bucket.
+
+    Same inputs as `topk_reverse_kl`. The gradient on a token's logit is p_student - p_teacher, so a
+    token the teacher ranks high is pulled up with full force even where the student gives it no
+    mass at all. The reverse direction's pull on it is p_student * (...), next to nothing there: the
+    hinted teacher's "In short," opener, never sampled by the student, stays out of its reach.
+    """
+    s = torch.cat([student_topk, student_tail[:, None]], dim=-1)
+    t = torch.cat([teacher_topk, teacher_tail[:, None]], dim=-1)
+    return (t.exp() * (t - s)).sum(-1)
+
+
 def tail_logprob(topk_logp: torch.Tensor) -> torch.Tensor:
     """log(1 - sum_k p_k) for [n, K] logprobs."""
     return torch.log1p(-topk_logp.exp().sum(-1).clamp(max=1 - 1e-6))

@@ -39,6 +39,7 @@ from learner.losses import (
     kl_to_reference,
     opd_token_advantage,
     tail_logprob,
+    topk_forward_kl,
     topk_reverse_kl,
 )
 from learner.samples import Sample, teacher_prompt_ids
@@ -204,8 +205,9 @@ class Learner:
         loss = surrogate.mean() + cfg.kl_coef * kl.mean()
         topk_kl = torch.zeros(())
         if t.teacher_lps is not None and stats.extra_logprobs is not None and stats.extra_tail is not None:
-            per_pos = topk_reverse_kl(stats.extra_logprobs, stats.extra_tail, t.teacher_lps,
-                                      tail_logprob(t.teacher_lps))
+            divergence = topk_forward_kl if cfg.topk_direction == "forward" else topk_reverse_kl
+            per_pos = divergence(stats.extra_logprobs, stats.extra_tail, t.teacher_lps,
+                                 tail_logprob(t.teacher_lps))
             topk_kl = per_pos[t.opd_mask].mean()
             loss = loss + cfg.w_opd * topk_kl
         self.optimizer.zero_grad(set_to_none=True)

@@ -14,6 +14,7 @@ from learner.losses import (
     kl_to_reference,
     opd_token_advantage,
     tail_logprob,
+    topk_forward_kl,
     topk_reverse_kl,
 )
 
@@ -75,9 +76,27 @@ def test_topk_reverse_kl_zero_when_equal_and_reaches_unsampled_tokens() -> None:
     assert student.grad is not None and student.grad[0, 1].item() < 0  # descent raises its logprob
 
 
+def test_forward_topk_kl_pulls_up_a_token_the_student_never_gives_mass() -> None:
+    """The hinted teacher's opener, at 0.9 for it and 0.001 for the student: only forward KL lifts it."""
+    teacher = torch.log(torch.tensor([[0.9, 0.05]]))
+    same = topk_forward_kl(teacher, tail_logprob(teacher), teacher, tail_logprob(teacher))
+    assert same.item() == pytest.approx(0.0, abs=1e-6)
+    pulls = {}
+    for name, divergence in (("forward", topk_forward_kl), ("reverse", topk_reverse_kl)):
+        logits = torch.log(torch.tensor([[0.001, 0.6, 0.399]])).requires_grad_(True)
+        student = torch.log_softmax(logits, -1)[:, :2]  # the teacher's top 2, then the tail bucket
+        divergence(student, tail_logprob(student), teacher, tail_logprob(teacher)).sum().backward()
+        assert logits.grad is not None
+        pulls[name] = -logits.grad[0, 0].item()  # gradient descent raises the opener's logit by this
+    assert pulls["forward"] == pytest.approx(0.9 - 0.001, abs=1e-3)  # p_teacher - p_student
+    assert 0 < pulls["reverse"] < pulls["forward"] / 50
+
+
 def test_config_validation_says_what_to_set() -> None:
     with pytest.raises(ValueError, match="set token or topk"):
         TrainConfig(opd_mode="bogus")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="set reverse or forward"):
+        TrainConfig(topk_direction="both")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ratio_cap"):
         TrainConfig(ratio_cap=1.1)
     assert TrainConfig().resolved_lr("cpu") == 3e-4 and TrainConfig().resolved_lr("cuda:0") == 1e-5
