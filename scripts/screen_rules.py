@@ -1,0 +1,92 @@
+"""Screen candidate user rules for the learning benchmark: the base model's rate against its rate
+with the rule as a hint in its prompt (the ceiling hint distillation can pass on).
+
+    python scripts/screen_rules.py [NAME ...]      (default: every candidate; about 30 s each on 2 cores)
+
+Training prompts only (every fifth of student's and brief's pools: 15), never held-out ones, greedy,
+64 new tokens, in-process on the CPU. A rule worth a simulated user has a base rate near 0, a hinted
+rate well above 0.5, and no generic change (shorter replies, say) that meets it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.learn import rules  # noqa: E402
+from bench.learn.sim import with_hint  # noqa: E402
+
+CANDIDATES: dict[str, tuple[Callable[[str], bool], str]] = {
+    "ends_question": (lambda t: t.strip().endswith("?"), "End your reply with a short question back to me."),
+    "for_example": (lambda t: bool(re.search(r"\bfor (example|instance)\b", t, re.I)),
+                    "Give one concrete example, starting it with 'For example'."),
+    "great_question": (lambda t: t.strip().lower().startswith("great question"),
+                       "Start your reply with 'Great question!'"),
+    "in_short": (lambda t: t.strip().lower().startswith("in short"), "Begin your reply with 'In short,'."),
+    "numbered": (lambda t: len(re.findall(r"^\s*\d[.)]\s", t, re.M)) >= 2, "Answer as a numbered list of steps."),
+    "bold": (lambda t: "**" in t, "Put the key term in **bold**."),
+    "analogy": (lambda t: bool(re.search(r"\b(imagine|think of it|it's like|is like)\b", t, re.I)),
+                "Explain it with an everyday analogy, starting 'Imagine'."),
+    "you": (lambda t: len(re.findall(r"\byou\b", t, re.I)) >= 2, "Talk to me directly, using 'you'."),
+    "formal": (lambda t: "'" not in t and "!" not in t, "Write formally: no contractions, no exclamation marks."),
+    "emoji": (lambda t: bool(re.search(r"[\U0001F300-\U0001FAFF]", t)), "Add a fitting emoji at the end."),
+    "summary_line": (lambda t: bool(re.search(r"\b(in summary|to sum up|in short|tl;dr)\b", t, re.I)),
+                     "Finish with a one-line summary starting 'In short,'."),
+}
+
+
+def training_prompts() -> list[str]:
+    prompts = []
+    for name in ("student", "brief"):
+        for line in (ROOT / "bench/learn/data" / f"{name}.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            if row["split"] == "train":
+                prompts.append(row["prompt"])
+    return prompts[::5][:16]
+
+
+def main(names: list[str]) -> None:
+    import torch
+
+    from core.modelload import load_model, load_tokenizer, resolve_model_path
+    from core.settings import Settings
+
+    torch.set_num_threads(2)
+    settings = Settings()
+    path = resolve_model_path(settings.model, settings.models_dir)
+    tok, model = load_tokenizer(path), load_model(path, "cpu", "float32")
+    tok.padding_side = "left"
+    prompts = training_prompts()
+
+    def generate(texts: list[str]) -> list[str]:
+        out: list[str] = []
+        for i in range(0, len(texts), 8):
+            chats = [tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False,
+                                             add_generation_prompt=True) for t in texts[i:i + 8]]
+            enc = tok(chats, return_tensors="pt", padding=True)
+            with torch.no_grad():
+                ids = model.generate(**enc, max_new_tokens=64, do_sample=False)
+            out += tok.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        return out
+
+    base = generate(prompts)
+    print(f"{len(prompts)} training prompts; student rule met by the base: "
+          f"{sum(not rules.check_student(x) for x in base) / len(base):.2f}")
+    print("| rule | base | hinted | hint |\n|---|---|---|---|")
+    for name in names or list(CANDIDATES):
+        check, hint = CANDIDATES[name]
+        started = time.monotonic()
+        hinted = generate([with_hint(p, hint) for p in prompts])
+        rate = sum(map(check, base)) / len(base), sum(map(check, hinted)) / len(hinted)
+        print(f"| {name} | {rate[0]:.2f} | {rate[1]:.2f} | {hint} |  <!-- {time.monotonic() - started:.0f} s -->")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
