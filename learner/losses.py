@@ -58,8 +58,7 @@ def topk_reverse_kl(
     outside them [n]. Unlike the token advantage this reaches tokens the student never sampled:
     a token the teacher ranks in its top K gets gradient whether or not it was in the response.
     """
-    s = torch.cat([student_topk, student_tail[:, None]], dim=-1)
-    t = torch.cat([teacher_topk, teacher_tail[:, None]], dim=-1)
+    s, t = _bucketed(student_topk, student_tail), _bucketed(teacher_topk, teacher_tail)
     return (s.exp() * (s - t)).sum(-1)
 
 
@@ -76,9 +75,13 @@ def topk_forward_kl(
     mass at all. The reverse direction's pull on it is p_student * (...), next to nothing there: the
     hinted teacher's "In short," opener, never sampled by the student, stays out of its reach.
     """
-    s = torch.cat([student_topk, student_tail[:, None]], dim=-1)
-    t = torch.cat([teacher_topk, teacher_tail[:, None]], dim=-1)
+    s, t = _bucketed(student_topk, student_tail), _bucketed(teacher_topk, teacher_tail)
     return (t.exp() * (t - s)).sum(-1)
+
+
+def _bucketed(topk_logp: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
+    """[n, K] top-K logprobs and [n] tail log-mass as one [n, K+1] distribution."""
+    return torch.cat([topk_logp, tail[:, None]], dim=-1)
 
 
 def tail_logprob(topk_logp: torch.Tensor) -> torch.Tensor:
