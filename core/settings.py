@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     hint_select: Literal["longest", "shortest"] = "longest"
     hint_min_chars: int = 10
     hint_from_correction: bool = Field(default=True, description="Use the user's correction as hint if none.")
+    hint_drop_retry: bool = Field(
+        default=True, description="Leave bare retry requests ('Try again.') out of a hint taken from the user's "
+        "correction: they tell the teacher nothing and it answers them instead of the task.")
     hint_votes_on_correction: bool = Field(
         default=False, description="Ask the LLM for hints even when the reply is a confident correction "
         "(default: the correction itself is the hint, and no hint votes are spent).")

@@ -3,7 +3,8 @@
 m samples of `hint_prompt.txt`; a sample counts when its last boxed value is 1 and it carries a
 `[HINT_START]...[HINT_END]` span of at least `hint_min_chars`. The chosen hint is the longest valid
 one (OpenClaw-RL's rule) or the shortest (`hint_select`). With no valid hint, the user's own
-correcting words can serve (`hint_from_correction`).
+correcting words can serve (`hint_from_correction`), less their bare retry requests
+(`hint_drop_retry`, judges/retry.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from core.settings import Settings
 from judges.client import JudgeClient
 from judges.prm import VoteResult, parse_score, sample_votes
 from judges.prompts import JudgeInput, cut
+from judges.retry import RetryFilter
 
 HINT_TEMPLATE = "hint"
 _HINT = re.compile(r"\[HINT_START\](.*?)\[HINT_END\]", re.DOTALL)
@@ -57,14 +59,21 @@ def hint_votes(client: JudgeClient, settings: Settings, inp: JudgeInput) -> list
 
 
 def choose_hint(votes: Sequence[VoteResult], inp: JudgeInput, settings: Settings, *,
-                reply_may_correct: bool = True) -> HintChoice:
-    """The judge's hint; failing that, the user's reply, unless it reads as approval."""
+                reply_may_correct: bool = True, retry: RetryFilter | None = None) -> HintChoice:
+    """The judge's hint; failing that, the user's reply, unless it reads as approval.
+
+    With a `retry` filter, the reply's sentences that only ask for another attempt are left out;
+    a reply that held nothing else gives no hint.
+    """
     hint = select_hint([v.hint for v in votes], settings.hint_select, settings.hint_min_chars)
     if hint is not None:
         return HintChoice(hint, "judge")
     reply = inp.user_reply
     if not (settings.hint_from_correction and reply_may_correct):
         return HintChoice(None, None)
-    if reply and len(reply.strip()) >= settings.hint_min_chars:
-        return HintChoice(cut(reply.strip(), settings.judge_max_input_chars), "correction")
+    reply = cut((reply or "").strip(), settings.judge_max_input_chars)
+    if reply and retry is not None:
+        reply = retry.without_retries(reply)
+    if len(reply) >= settings.hint_min_chars:
+        return HintChoice(reply, "correction")
     return HintChoice(None, None)

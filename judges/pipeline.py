@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from sqlalchemy import delete, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -30,7 +31,8 @@ from judges.client import JudgeClient
 from judges.hints import HintChoice, choose_hint, hint_votes
 from judges.prm import VoteResult, majority, prm_votes, unanimous_negative
 from judges.prompts import JudgeInput, last_request, render_output
-from judges.reaction import ReactionClassifier, ReactionUnavailable, load_reaction_classifier
+from judges.reaction import Embedder, ReactionClassifier, ReactionUnavailable, load_reaction_classifier
+from judges.retry import RetryFilter
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,22 @@ def reaction_for(settings: Settings) -> ReactionClassifier | None:
         return None
 
 
+@lru_cache(maxsize=2)
+def _retry_filter(embedder: Embedder | None) -> RetryFilter | None:
+    try:
+        return RetryFilter(embedder or Embedder())
+    except ReactionUnavailable as exc:
+        log.warning("retry requests stay in correction hints: %s", exc)
+        return None
+
+
+def retry_filter_for(settings: Settings, reaction: ReactionClassifier | None) -> RetryFilter | None:
+    """The filter for correction hints (one per process), on the reaction stage's embedder if any."""
+    if not settings.hint_drop_retry:
+        return None
+    return _retry_filter(reaction.embedder if reaction is not None else None)
+
+
 def decide(
     inp: JudgeInput, client: JudgeClient | None, settings: Settings, reaction: ReactionClassifier | None
 ) -> Decision:
@@ -95,11 +113,14 @@ def decide(
     return Decision(0, "none", "no stage was confident", reply_label=label)
 
 
-def wants_hint_votes(decision: Decision, inp: JudgeInput, settings: Settings) -> bool:
+def wants_hint_votes(decision: Decision, inp: JudgeInput, settings: Settings,
+                     retry: RetryFilter | None = None) -> bool:
     """LLM hint votes, except for a confident correction that can serve as the hint by itself."""
     if not settings.judge_llm_votes:
         return False
     reply = (inp.user_reply or "").strip()
+    if reply and retry is not None:
+        reply = retry.without_retries(reply)  # "Try again." alone says nothing a teacher could use
     own_words = settings.hint_from_correction and len(reply) >= settings.hint_min_chars
     return decision.source != "reaction" or not own_words or settings.hint_votes_on_correction
 
@@ -123,10 +144,12 @@ def judge_turn(
         hint_results: list[VoteResult] = []
         choice = HintChoice(None, None)
         if decision.clear_mistake:
-            if client is not None and wants_hint_votes(decision, claimed, settings):
+            retry = retry_filter_for(settings, reaction)
+            if client is not None and wants_hint_votes(decision, claimed, settings, retry):
                 hint_results = hint_votes(client, settings, claimed)
             # the reply serves as a hint only if it does not read as approval
-            choice = choose_hint(hint_results, claimed, settings, reply_may_correct=decision.reply_label != 1)
+            choice = choose_hint(hint_results, claimed, settings, reply_may_correct=decision.reply_label != 1,
+                                 retry=retry)
     except Exception:
         # endpoint down, timed out, or a soft time limit: the turn waits in `ready` for a retry
         _release(session_factory, turn_id)

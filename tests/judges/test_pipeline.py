@@ -266,6 +266,27 @@ def test_a_confident_correction_is_its_own_hint_and_costs_no_hint_votes(
 
 
 @pytest.mark.slow
+def test_a_correction_hint_leaves_out_the_request_to_try_again(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    on = judge_settings.model_copy(update={"judge_reaction": True})
+    said = "That is wrong, the function still crashes on empty input."
+    outcome, turn = judge_reply(db, session_factory, client, on, f"{said} Give it another go.")
+    assert (outcome.score, outcome.source, outcome.action) == (-1, "reaction", "hinted")
+    assert (turn.hint, turn.hint_source) == (said, "correction")
+    assert judge_server.kinds() == []
+    kept = on.model_copy(update={"hint_drop_retry": False})
+    whole = f"{said} Give it another go."
+    assert judge_reply(db, session_factory, client, kept, whole)[1].hint == whole
+    # a reply that only asks again carries nothing for the teacher: the judge is asked for a hint
+    judge_server.hint = [HINT]
+    outcome, turn = judge_reply(db, session_factory, client, on, "Wrong. Please try again.")
+    assert outcome.source == "reaction" and judge_server.kinds() == ["hint"] * on.judge_votes
+    assert turn.hint_source == "judge"
+
+
+@pytest.mark.slow
 def test_a_correction_too_short_to_be_a_hint_still_asks_the_judge_for_one(
     db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
     judge_server: ScriptedJudge,
