@@ -180,7 +180,8 @@ def render(results: dict[str, Any], img_dir: str = "img") -> str:
             f"it never saw.", "",
             f"Limits: {len(plan['seeds'])} seed(s), {plan['heldout_per_user'] or 'all'} held-out prompts per "
             f"user (one prompt moves a rate by 1/n), {plan['max_tokens']}-token replies from SmolLM2-135M on "
-            f"CPU; the judge is the same 135M model behind the reaction classifier."]
+            f"CPU, training turns sampled at temperature {plan['temperature']}; the judge is the same 135M "
+            "model behind the reaction classifier."]
     return "\n".join(out)
 
 

@@ -278,6 +278,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--users", help="comma-separated users to train on (default: all; quick: student)")
     p.add_argument("--interactions", type=int, help="training interactions per run")
     p.add_argument("--heldout", type=int, help="held-out prompts per user (0: all)")
+    p.add_argument("--temperature", type=float,
+                   help="sampling temperature of training turns (default 0.8; SmolLM2's card suggests 0.2)")
     p.add_argument("--version-wait", type=float, help="seconds to wait for a new adapter after each block")
     p.add_argument("--train-config", type=Path, metavar="JSON",
                    help="learner settings (TrainConfig fields) for every trained run, e.g. {\"opd_mode\": \"topk\"}")
@@ -304,6 +306,8 @@ def plan_from(args: argparse.Namespace) -> Plan:
         plan = replace(plan, heldout_per_user=args.heldout)
     if args.version_wait is not None:
         plan = replace(plan, version_wait_s=args.version_wait)
+    if args.temperature is not None:
+        plan = replace(plan, temperature=args.temperature)
     if args.train_config:
         from learner.config import TrainConfig
 

@@ -14,7 +14,8 @@ from bench.learn.users import control_for
 def test_quick_is_one_user_off_and_combined() -> None:
     plan = plan_from(parse(["--quick"]))
     assert (plan.users, plan.methods, plan.interactions) == (("student",), ("off", "combined"), 32)
-    assert plan.train_config is None
+    assert plan.train_config is None and plan.temperature == 0.8
+    assert plan_from(parse(["--quick", "--temperature", "0.2"])).temperature == 0.2
 
 
 def test_a_train_config_file_is_checked_and_carried_to_every_server(tmp_path: Path) -> None:

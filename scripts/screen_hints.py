@@ -1,0 +1,96 @@
+"""Screen what the hinted teacher writes when its hint is a user's correction: the hint's wording,
+whether a retry request rides along, and where the hint is put.
+
+    python scripts/screen_hints.py [USER]      (default: bottomline; about 35 s a row on 2 cores)
+
+Training prompts only (every second of the user's pool: 20), greedy, 64 new tokens, in-process on
+the CPU. Rows: the user's rule in words (the ceiling); each of the user's correction phrasings, the
+hint learnproxy gets from a correcting reply; the same with one of the simulator's retry requests
+after it ("Try again."), which judges/retry.py now leaves out. Framings: `suffix` is the learner's
+(learner.samples.teacher_messages, OpenClaw-RL's); `system` and `prefix` are the alternatives tried
+here. Columns: how often the teacher meets the rule, how often it apologises, its mean length.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.learn.users import REDO, all_users  # noqa: E402
+from learner.samples import teacher_messages  # noqa: E402
+
+APOLOGY = re.compile(r"\b(sorry|apologi[sz]e|apologies|my mistake)\b", re.I)
+Chat = list[dict[str, Any]]
+
+
+def system(prompt: str, hint: str) -> Chat:
+    note = (f"Feedback on an earlier reply to this request: {hint}\n"
+            "Follow it from the first word of your reply. Do not apologise and do not mention the feedback.")
+    return [{"role": "system", "content": note}, {"role": "user", "content": prompt}]
+
+
+FRAMINGS: dict[str, Callable[[str, str], Chat]] = {
+    "suffix": lambda prompt, hint: teacher_messages([{"role": "user", "content": prompt}], hint),
+    "system": system,
+    "prefix": lambda prompt, hint: [{"role": "user", "content": f"[before you answer: {hint}]\n\n{prompt}"}],
+}
+
+
+def main(user_name: str) -> None:
+    import torch
+
+    from core.modelload import load_model, load_tokenizer, resolve_model_path
+    from core.settings import Settings
+
+    torch.set_num_threads(2)
+    settings = Settings()
+    path = resolve_model_path(settings.model, settings.models_dir)
+    tok, model = load_tokenizer(path), load_model(path, "cpu", "float32")
+    tok.padding_side = "left"
+    user = all_users()[user_name]
+    check = user.check
+    assert check is not None, "a user with a text rule"
+    prompts = [p.text for p in user.train[::2]]
+    corrections = [c for options in user.corrections.values() for c in options]
+
+    def generate(chats: list[Chat]) -> list[str]:
+        out: list[str] = []
+        for i in range(0, len(chats), 10):
+            texts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats[i:i + 10]]
+            enc = tok(texts, return_tensors="pt", padding=True)
+            with torch.no_grad():
+                ids = model.generate(**enc, max_new_tokens=64, do_sample=False)
+            out += tok.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        return out
+
+    def row(framing: str, hint: str, label: str) -> None:
+        started = time.monotonic()
+        replies = generate([FRAMINGS[framing](p, hint) for p in prompts])
+        met = sum(not check(r) for r in replies) / len(replies)
+        sorry = sum(bool(APOLOGY.search(r)) for r in replies) / len(replies)
+        words = sum(len(r.split()) for r in replies) / len(replies)
+        print(f"| {framing} | {label} | {met:.2f} | {sorry:.2f} | {words:.0f} |"
+              f"  <!-- {time.monotonic() - started:.0f} s -->", flush=True)
+
+    base = generate([[{"role": "user", "content": p}] for p in prompts])
+    print(f"{user.name}: {len(prompts)} training prompts; rule met by the base: "
+          f"{sum(not check(r) for r in base) / len(base):.2f}")
+    print("| framing | hint | rule met | apologises | words |\n|---|---|---|---|---|")
+    for framing in FRAMINGS:
+        row(framing, user.hint, f"the rule in words: {user.hint}")
+        for i, correction in enumerate(corrections):
+            row(framing, correction, f"correction {i + 1}: {correction}")
+            if framing == "suffix":
+                retry = f"{correction} {REDO[i % len(REDO)]}"
+                row(framing, retry, f"correction {i + 1} + retry request: {retry}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "bottomline")
