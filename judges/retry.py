@@ -1,11 +1,11 @@
 """Bare retry requests ("Try again.", "Give it another go.") in a user's correction.
 
 When the user's own correction serves as the hint, its retry requests say nothing about what to
-change, and the hinted teacher answers them instead of the task: on bottomline's training prompts
-(scripts/screen_hints.py, SmolLM2-135M, greedy), a correction with its retry request appended
-made the teacher apologise in 0.41 of replies and open as asked in 0.36; the corrections alone,
-0.19 and 0.55. A sentence is a retry request when its MiniLM embedding is within
-`RETRY_SIMILARITY` (cosine) of one of the phrasings in `data/retry_requests.txt`.
+change, and the hinted teacher answers them instead of the task. On bottomline's 20 training-pool
+prompts (`python scripts/screen_hints.py`, SmolLM2-135M, greedy) the teacher given one of the four
+corrections met the user's rule in 0.55 of replies and apologised in 0.19; given the same
+corrections with a retry request after them, 0.34 and 0.33. A sentence is a retry request when its
+MiniLM embedding is within `RETRY_SIMILARITY` (cosine) of a phrasing in `data/retry_requests.txt`.
 """
 
 from __future__ import annotations
