@@ -36,10 +36,19 @@ def test_a_client_that_times_out_on_a_plain_reply_stops_the_generation(tmp_path:
         body["model"] = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{url}/v1/chat/completions", json=body, timeout=httpx.Timeout(1.0, connect=30.0))
-        deadline = time.monotonic() + 10
-        while engine.stats()["active"] and time.monotonic() < deadline:
+        # on a loaded machine the request may still wait in the engine's queue when the client
+        # leaves: wait for the engine to be idle for a whole second, not for one idle sample
+        deadline, idle_since = time.monotonic() + 20, None
+        while time.monotonic() < deadline:
+            stats = engine.stats()
+            if stats["active"] or stats["queued"]:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > 1.0:
+                break
             time.sleep(0.05)
-        assert engine.stats()["active"] == 0, "the engine still decodes for a client that left"
+        assert engine.stats() == {"active": 0, "queued": 0}, "the engine still decodes for a client that left"
         steps = engine.steps
         time.sleep(0.5)
         assert engine.steps == steps
@@ -49,4 +58,4 @@ def test_a_client_that_times_out_on_a_plain_reply_stops_the_generation(tmp_path:
     db.dispose()
     assert view is not None
     assert view.turn.finish_reason == "abort" and view.turn.error == "client disconnected"
-    assert 0 < len(view.response_token_ids) == len(view.response_logprobs) < MAX_TOKENS
+    assert len(view.response_token_ids) == len(view.response_logprobs) < MAX_TOKENS
