@@ -58,22 +58,22 @@ def hint_votes(client: JudgeClient, settings: Settings, inp: JudgeInput) -> list
     ]
 
 
-def choose_hint(votes: Sequence[VoteResult], inp: JudgeInput, settings: Settings, *,
-                reply_may_correct: bool = True, retry: RetryFilter | None = None) -> HintChoice:
-    """The judge's hint; failing that, the user's reply, unless it reads as approval.
+def correction_words(inp: JudgeInput, settings: Settings, retry: RetryFilter | None) -> str:
+    """The user's reply as it would serve as a hint: cut to size and, with a `retry` filter, without
+    the sentences that only ask for another attempt ("" when none can serve)."""
+    reply = cut((inp.user_reply or "").strip(), settings.judge_max_input_chars)
+    if not (settings.hint_from_correction and reply):
+        return ""
+    return retry.without_retries(reply) if retry is not None else reply
 
-    With a `retry` filter, the reply's sentences that only ask for another attempt are left out;
-    a reply that held nothing else gives no hint.
-    """
+
+def choose_hint(votes: Sequence[VoteResult], correction: str, settings: Settings, *,
+                reply_may_correct: bool = True) -> HintChoice:
+    """The judge's hint; failing that, the user's `correction_words`, unless the reply reads as
+    approval or too little of it is left."""
     hint = select_hint([v.hint for v in votes], settings.hint_select, settings.hint_min_chars)
     if hint is not None:
         return HintChoice(hint, "judge")
-    reply = inp.user_reply
-    if not (settings.hint_from_correction and reply_may_correct):
-        return HintChoice(None, None)
-    reply = cut((reply or "").strip(), settings.judge_max_input_chars)
-    if reply and retry is not None:
-        reply = retry.without_retries(reply)
-    if len(reply) >= settings.hint_min_chars:
-        return HintChoice(reply, "correction")
+    if reply_may_correct and len(correction) >= settings.hint_min_chars:
+        return HintChoice(correction, "correction")
     return HintChoice(None, None)

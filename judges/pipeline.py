@@ -28,7 +28,7 @@ from core.settings import Settings
 from core.turns import view_of
 from judges import signals
 from judges.client import JudgeClient
-from judges.hints import HintChoice, choose_hint, hint_votes
+from judges.hints import HintChoice, choose_hint, correction_words, hint_votes
 from judges.prm import VoteResult, majority, prm_votes, unanimous_negative
 from judges.prompts import JudgeInput, last_request, render_output
 from judges.reaction import Embedder, ReactionClassifier, ReactionUnavailable, load_reaction_classifier
@@ -113,15 +113,12 @@ def decide(
     return Decision(0, "none", "no stage was confident", reply_label=label)
 
 
-def wants_hint_votes(decision: Decision, inp: JudgeInput, settings: Settings,
-                     retry: RetryFilter | None = None) -> bool:
-    """LLM hint votes, except for a confident correction that can serve as the hint by itself."""
+def wants_hint_votes(decision: Decision, correction: str, settings: Settings) -> bool:
+    """LLM hint votes, except for a confident correction that can serve as the hint by itself
+    (`correction` is `correction_words`: "Try again." alone says nothing a teacher could use)."""
     if not settings.judge_llm_votes:
         return False
-    reply = (inp.user_reply or "").strip()
-    if reply and retry is not None:
-        reply = retry.without_retries(reply)  # "Try again." alone says nothing a teacher could use
-    own_words = settings.hint_from_correction and len(reply) >= settings.hint_min_chars
+    own_words = len(correction) >= settings.hint_min_chars
     return decision.source != "reaction" or not own_words or settings.hint_votes_on_correction
 
 
@@ -144,12 +141,11 @@ def judge_turn(
         hint_results: list[VoteResult] = []
         choice = HintChoice(None, None)
         if decision.clear_mistake:
-            retry = retry_filter_for(settings, reaction)
-            if client is not None and wants_hint_votes(decision, claimed, settings, retry):
+            words = correction_words(claimed, settings, retry_filter_for(settings, reaction))
+            if client is not None and wants_hint_votes(decision, words, settings):
                 hint_results = hint_votes(client, settings, claimed)
             # the reply serves as a hint only if it does not read as approval
-            choice = choose_hint(hint_results, claimed, settings, reply_may_correct=decision.reply_label != 1,
-                                 retry=retry)
+            choice = choose_hint(hint_results, words, settings, reply_may_correct=decision.reply_label != 1)
     except Exception:
         # endpoint down, timed out, or a soft time limit: the turn waits in `ready` for a retry
         _release(session_factory, turn_id)

@@ -46,10 +46,15 @@ class Reaction:
     confidence: float
 
 
+def sentences(text: str) -> list[str]:
+    """A text's sentences (split after . ! ? and at line breaks), each stripped; empty ones dropped."""
+    parts = [p.strip() for p in _SENTENCE_END.split(text.strip())]
+    return [p for p in parts if p]
+
+
 def leading_sentences(text: str, limit: int = MAX_SENTENCES) -> list[str]:
-    """The first sentences of a reply (split after . ! ?), each stripped; empty ones dropped."""
-    parts = [p.strip() for p in _SENTENCE_END.split(text[:MAX_REPLY_CHARS].strip())]
-    return [p for p in parts if p][:limit]
+    """The first sentences of a reply."""
+    return sentences(text[:MAX_REPLY_CHARS])[:limit]
 
 
 class Embedder:
