@@ -228,7 +228,8 @@ def test_a_lost_pool_child_on_redis_is_redelivered_and_taken_over(
     turn_id = add_turn(db, next_state=USER_REPLY)
     create_celery(redis_settings).send_task(JUDGE_TASK, args=[turn_id])
     worker = start_worker(redis_settings, judge_server)
-    wait_for(lambda: len(judge_server.requests) >= 1, 120, "the judge call in flight")
+    # the votes go out concurrently: wait for all of them, or a late one lands after the clear below
+    wait_for(lambda: len(judge_server.requests) >= settings.judge_votes, 120, "the judge calls in flight")
     children = Path(f"/proc/{worker.pid}/task/{worker.pid}/children").read_text().split()
     assert children, "the prefork pool has a child"
     judge_server.delay_s = 0.0
