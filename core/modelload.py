@@ -132,3 +132,15 @@ def load_model(path: str, device: str = "auto", dtype: str = "auto") -> Any:
     )
     model.to(dev)  # type: ignore[arg-type]  # transformers' stub types `to` for dtype only
     return model.eval()
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """End-of-sequence ids: the model's generation config and the tokenizer's, together."""
+    ids: set[int] = set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (configured, getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(int(v) for v in value)
+    return sorted(ids)

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from core.modelload import load_model, load_tokenizer, pick_device
+from core.modelload import eos_token_ids, load_model, load_tokenizer, pick_device
 from proxy.engines.base import (
     AdapterError,
     ContextLengthExceeded,
@@ -192,7 +192,7 @@ class EmbeddedEngine:
             return
         self._model = await asyncio.to_thread(load_model, self.model_path, self.device, self.dtype)
         tokenizer = await asyncio.to_thread(load_tokenizer, self.model_path)
-        self.info.eos_token_ids = _eos_ids(self._model, tokenizer)
+        self.info.eos_token_ids = eos_token_ids(self._model, tokenizer)
         self._running = True
         self._thread = threading.Thread(target=self._loop, name="embedded-engine", daemon=True)
         self._thread.start()
@@ -416,15 +416,3 @@ class EmbeddedEngine:
                 break
         while not self._commands.empty():
             self._commands.get_nowait().future.set_exception(exc)
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    ids: set[int] = set()
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for value in (configured, getattr(tokenizer, "eos_token_id", None)):
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list):
-            ids.update(int(v) for v in value)
-    return sorted(ids)
-
