@@ -54,6 +54,12 @@ class TrainConfig:
     topk_direction: Literal["reverse", "forward"] = _f(
         "reverse", "topk mode: KL(student||teacher), mode-seeking; or KL(teacher||student), which also "
         "raises tokens the student gives almost no mass.")
+    rollouts: int = _f(
+        0, "Replies the hinted teacher writes per hinted turn, learned by the student without the hint "
+        "(context distillation; reaches behaviour the student never samples). 0: none.")
+    rollout_temperature: float = _f(0.0, "Teacher sampling temperature for rollouts; 0 is greedy.")
+    rollout_max_tokens: int = _f(256, "Token budget of a rollout (and at most the turn's own max_new_tokens).")
+    w_rollout: float = _f(1.0, "Weight of the rollout loss (mean over rollout tokens).")
     teacher: Literal["base", "adapter"] = _f("base", "Teacher weights: base model or current adapter.")
     baseline: bool = _f(True, "Subtract the batch-mean score from RL advantages.")
     max_staleness: int = _f(4, "Drop samples served more than this many adapter versions ago.")
@@ -83,6 +89,11 @@ class TrainConfig:
             problems.append(f"ratio_cap={self.ratio_cap}: set at least 1 + eps_high ({1 + self.eps_high})")
         if self.lr is not None and self.lr <= 0:
             problems.append(f"lr={self.lr}: set a positive rate, or None for the device default")
+        if self.rollouts < 0 or self.rollout_temperature < 0 or self.rollout_max_tokens < 1 or self.w_rollout < 0:
+            problems.append("rollouts, rollout_temperature and w_rollout must be >= 0, rollout_max_tokens >= 1")
+        if self.rollouts > 1 and self.rollout_temperature == 0:
+            problems.append(f"rollouts={self.rollouts} at rollout_temperature=0 writes one greedy reply "
+                            "several times: set rollouts=1 or a temperature above 0")
         if self.opd_clip <= 0 or self.max_staleness < 0 or self.kl_coef < 0:
             problems.append("opd_clip must be > 0, max_staleness and kl_coef >= 0")
         if problems:

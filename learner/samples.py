@@ -39,6 +39,7 @@ class Sample:
     messages: list[dict[str, Any]] = field(repr=False)
     tools: list[dict[str, Any]] | None = field(repr=False, default=None)
     source: str = "judge"  # judge or label
+    max_new_tokens: int | None = None  # the token budget the turn was served with
 
     @property
     def is_rl(self) -> bool:
@@ -159,6 +160,7 @@ def _consider(
             messages=view.messages,
             tools=view.tools,
             source=source,
+            max_new_tokens=(turn.params or {}).get("max_new_tokens"),
         )
     )
 

@@ -6,12 +6,15 @@ The method (one batch):
     the teacher is the same model (base or current adapter) shown the prompt plus the hint, scored
     on the same response ids. Top-K mode instead adds w_opd * KL(student || teacher top-K + tail)
     at every response position, which can raise tokens the student never sampled.
+  - Teacher rollouts (`rollouts` > 0): the hinted teacher also writes its own reply to each hinted
+    prompt, and the student learns it with the hint removed (sequence-level distillation, see
+    `learner.rollouts`). This reaches behaviour the student never samples.
   - Loss: token-level clipped surrogate with ratio pi_theta / pi_behavior, pi_behavior being the
     engine's logged sampling logprob, truncated at a cap; plus an optional k3 KL to the base model
     (the adapter disabled, so the reference costs no memory).
 
-How it departs from the usual PPO/GRPO loop: there are no rollouts and no group baseline: turns
-come from real traffic, once each, and the baseline is the batch mean. The anchors recompute
+How it departs from the usual PPO/GRPO loop: the policy's own replies come from real traffic, once
+each, with no group of rollouts per prompt, and the baseline is the batch mean. The anchors recompute
 pi_old with the trainer, so their ratio starts at 1; we use the logged sampling logprobs, so the
 ratio also corrects for the adapter version that actually served the turn.
 """
@@ -30,7 +33,8 @@ from typing import Any
 
 import torch
 
-from core.modelload import load_model, load_tokenizer, pick_device
+from core.modelload import eos_token_ids, load_model, load_tokenizer, pick_device
+from learner import rollouts
 from learner.config import TrainConfig
 from learner.logprobs import Packed, TokenStats, pack, token_stats, topk_of
 from learner.losses import (
@@ -62,6 +66,9 @@ class BatchTargets:
     opd_mask: torch.Tensor  # positions of hinted samples [n] (bool)
     teacher_ids: torch.Tensor | None = None  # topk mode: [n, K]
     teacher_lps: torch.Tensor | None = None  # topk mode: [n, K]
+    rollouts: Packed | None = None  # teacher-written replies after the student's (unhinted) prompts
+    rollout_teacher: torch.Tensor | None = None  # the teacher's logprobs on them [n_rollout], for the KL
+    rollout_turns: list[int] = field(default_factory=list)  # sample index of each rollout
 
 
 @dataclass
@@ -167,6 +174,8 @@ class Learner:
         hinted = [i for i, s in enumerate(samples) if s.is_opd]
         if hinted:
             self._teacher(samples, hinted, student, out)
+            if cfg.rollouts:
+                self._rollouts(samples, hinted, out)
         out.advantage = out.rl_adv + out.opd_adv
         return out
 
@@ -193,6 +202,25 @@ class Learner:
                 out.teacher_ids[positions] = ids
                 out.teacher_lps[positions] = lps
 
+    def _rollouts(self, samples: list[Sample], hinted: list[int], out: BatchTargets) -> None:
+        """Let the hinted teacher answer each hinted prompt itself; keep its replies and logprobs."""
+        cfg = self.config
+        order = [i for i in hinted for _ in range(cfg.rollouts)]
+        teacher_prompts = [teacher_prompt_ids(self.tokenizer, samples[i]) for i in order]
+        budgets = [min(cfg.rollout_max_tokens, samples[i].max_new_tokens or cfg.rollout_max_tokens) for i in order]
+        eos = eos_token_ids(self.model, self.tokenizer)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
+        with _teacher_weights(self.model, cfg.teacher):
+            replies = rollouts.generate(self.model, teacher_prompts, budgets, eos_ids=eos, pad_id=pad,
+                                        temperature=cfg.rollout_temperature, device=self.device)
+            keep = [k for k, reply in enumerate(replies) if reply]
+            if not keep:
+                return
+            t_packed = pack([teacher_prompts[k] for k in keep], [replies[k] for k in keep], self.device)
+            out.rollout_teacher = token_stats(self.model, t_packed, chunk=cfg.logprob_chunk).logprobs
+        out.rollout_turns = [order[k] for k in keep]
+        out.rollouts = pack([samples[order[k]].prompt_ids for k in keep], [replies[k] for k in keep], self.device)
+
     def _step(self, t: BatchTargets) -> dict[str, float]:
         cfg = self.config
         start = time.perf_counter()
@@ -210,6 +238,12 @@ class Learner:
                                  tail_logprob(t.teacher_lps))
             topk_kl = per_pos[t.opd_mask].mean()
             loss = loss + cfg.w_opd * topk_kl
+        rollout, rollout_kl = torch.zeros(()), torch.zeros(())
+        if t.rollouts is not None and t.rollout_teacher is not None:
+            on_rollouts = token_stats(self.model, t.rollouts, chunk=cfg.logprob_chunk).logprobs
+            rollout = rollouts.rollout_loss(on_rollouts).mean()
+            rollout_kl = (t.rollout_teacher - on_rollouts.detach()).mean()  # estimates KL(teacher || student)
+            loss = loss + cfg.w_rollout * rollout
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -223,6 +257,9 @@ class Learner:
             "clip_frac": float(clipped[active].float().mean()) if active.any() else 0.0,
             "kl": float(kl.detach().mean()),
             "topk_kl": float(topk_kl.detach()),
+            "rollout_loss": float(rollout.detach()),
+            "rollout_kl": float(rollout_kl),
+            "rollout_tokens": int(t.rollouts.targets.shape[0]) if t.rollouts is not None else 0,
             "ratio_mean": float(ratio.detach().mean()),
             "ratio_max": float(ratio.detach().max()),
             "grad_norm": float(grad_norm),
@@ -246,10 +283,14 @@ def _summaries(samples: list[Sample], t: BatchTargets) -> list[dict[str, Any]]:
     """What each turn contributed, stored on `Turn.advantage`."""
     rl = t.packed.split(t.rl_adv.cpu())
     opd = t.packed.split(t.opd_adv.cpu())
+    rollout_tokens = [0] * len(samples)
+    if t.rollouts is not None:
+        for i, n in zip(t.rollout_turns, t.rollouts.lengths, strict=True):
+            rollout_tokens[i] += n
     return [
         {"rl": round(float(r.mean()), 4), "opd": round(float(o.mean()), 4), "n_tokens": len(s.response_ids),
-         "score": s.score, "hinted": s.is_opd, "source": s.source}
-        for s, r, o in zip(samples, rl, opd, strict=True)
+         "score": s.score, "hinted": s.is_opd, "source": s.source, "rollout_tokens": n}
+        for s, r, o, n in zip(samples, rl, opd, rollout_tokens, strict=True)
     ]
 
 

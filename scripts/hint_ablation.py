@@ -102,7 +102,7 @@ def run_arm(arm: str, user: User, corrections: list[str], model_path: str, versi
             hint = user.hint if arm == "rule" else rng.choice(corrections)
             samples.append(Sample(turn_id=i, prompt_ids=ids, response_ids=response, behavior_logprobs=logprobs,
                                   score=-1 if check(text) else 1, hint=hint,
-                                  messages=[{"role": "user", "content": prompt}]))
+                                  messages=[{"role": "user", "content": prompt}], max_new_tokens=64))
         learner.train_batch(samples)
         cells.append(evaluate())
         print(f"  {arm} v{version + 1}: {cells[-1]}", file=sys.stderr, flush=True)

@@ -54,6 +54,7 @@ class TurnMaker:
         status: str | None = None,
         served_by: int | None = None,
         messages: list[dict[str, Any]] | None = None,
+        params: dict[str, Any] | None = None,
     ) -> Turn:
         """Insert one main turn (and its session) with exact tokens and logged logprobs."""
         messages = messages or [{"role": "user", "content": user}]
@@ -67,7 +68,7 @@ class TurnMaker:
         turn = Turn(
             session_id=sid, turn_index=0, request_id=uuid.uuid4().hex, model="learnproxy",
             adapter_version_id=served_by, message_refs=[json_row(m)["hash"] for m in messages],
-            response_text=reply, finish_reason="stop",
+            response_text=reply, finish_reason="stop", params=params or {},
             prompt_token_refs=[c["hash"] for c in chunks], prompt_len=len(prompt),
             response_token_ids=pack_ids(response), n_response_tokens=len(response),
             response_logprobs=pack_floats(self.logprobs(prompt, response)),

@@ -17,6 +17,7 @@ from learner.losses import (
     topk_forward_kl,
     topk_reverse_kl,
 )
+from learner.rollouts import rollout_loss
 
 
 def test_ratio_is_one_when_behaviour_equals_policy() -> None:
@@ -92,6 +93,14 @@ def test_forward_topk_kl_pulls_up_a_token_the_student_never_gives_mass() -> None
     assert 0 < pulls["reverse"] < pulls["forward"] / 50
 
 
+def test_rollout_loss_is_the_teacher_tokens_negative_log_likelihood() -> None:
+    student = torch.tensor([-3.0, -0.5], requires_grad=True)
+    loss = rollout_loss(student)
+    assert loss.tolist() == [3.0, 0.5]
+    loss.sum().backward()
+    assert student.grad is not None and student.grad.tolist() == [-1.0, -1.0]  # descent raises both
+
+
 def test_config_validation_says_what_to_set() -> None:
     with pytest.raises(ValueError, match="set token or topk"):
         TrainConfig(opd_mode="bogus")  # type: ignore[arg-type]
@@ -101,3 +110,7 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(ratio_cap=1.1)
     assert TrainConfig().resolved_lr("cpu") == 3e-4 and TrainConfig().resolved_lr("cuda:0") == 1e-5
     assert TrainConfig.from_json(TrainConfig(rank=8).to_json()).rank == 8
+    with pytest.raises(ValueError, match="rollout_max_tokens"):
+        TrainConfig(rollouts=1, rollout_max_tokens=0)
+    with pytest.raises(ValueError, match="set rollouts=1 or a temperature above 0"):
+        TrainConfig(rollouts=2)

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 import torch
 from peft import PeftModel
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.modelload import load_model
+from core.models import AdapterVersion
 from core.settings import Settings
 from learner.config import TrainConfig
 from learner.losses import tail_logprob, topk_reverse_kl
@@ -39,15 +41,16 @@ def _pairs(maker: TurnMaker) -> list[tuple[list[int], list[int], list[int]]]:
 
 
 def _train(settings: Settings, factory: sessionmaker[Session], db: Session, maker: TurnMaker,
-           model_path: str, **cfg: Any) -> Any:
+           model_path: str, extra: int = 0, **cfg: Any) -> Any:
+    """Train one version on the hinted turns (plus `extra` already added); the tuned student."""
     for user, reply, hint in HINTED:
         maker.add(db, user, reply, score=0, hint=hint)
     db.commit()
     config = TrainConfig.from_settings(
-        settings, method="opd", teacher="base", lr=3e-4, steps_per_batch=2, **cfg
+        settings, method="opd", teacher="base", lr=3e-4, steps_per_batch=2, batch_size=len(HINTED) + extra, **cfg
     )
     version = run_train_step(factory, settings, config=config)
-    assert version is not None and version.metrics["n_opd"] == 4 and version.path is not None
+    assert version is not None and version.metrics["n_opd"] == len(HINTED) + extra and version.path is not None
     base = load_model(model_path, device="cpu", dtype="float32")
     return PeftModel.from_pretrained(base, version.path).eval()
 
@@ -95,3 +98,34 @@ def test_topk_opd_lowers_kl_including_unsampled_token(
     assert sum(kl_after) < sum(kl_before)
     student1 = maker.dist(prompt, response, tuned)[0]
     assert student1[unsampled] > student0[unsampled]
+
+
+@torch.no_grad()
+def _greedy(maker: TurnMaker, prompt: list[int], n: int) -> list[int]:
+    """The base model's greedy reply, by plain transformers generate (independent of learner code)."""
+    out = maker.model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
+                               temperature=None, top_p=None, top_k=None)
+    return out[0, len(prompt):].tolist()
+
+
+def test_teacher_rollouts_teach_the_hinted_reply_the_student_never_sampled(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    budget = 12
+    # the hinted teacher's own greedy replies, scored by the unhinted student before and after
+    before, replies = [], []
+    for prompt, t_prompt, _ in _pairs(maker):
+        reply = _greedy(maker, t_prompt, budget)
+        replies.append(reply)
+        before.append(sum(maker.logprobs(prompt, reply)))
+    # one turn was served with a 4-token budget: its rollout keeps to it
+    short = maker.add(db, "Name a primary colour.", "Maybe.", score=0, hint="Answer with one colour.",
+                      params={"max_new_tokens": 4})
+    tuned = _train(settings, session_factory, db, maker, model_path, extra=1, opd_mode="token", rollouts=1,
+                   rollout_max_tokens=budget)
+    after = [sum(maker.logprobs(p, r, model=tuned)) for (p, _, _), r in zip(_pairs(maker), replies, strict=True)]
+    assert sum(after) > sum(before) + 1.0  # nats over the four replies
+    db.expire_all()
+    assert 0 < short.advantage["rollout_tokens"] <= 4
+    version = db.scalars(select(AdapterVersion)).one()
+    assert version.metrics["summary"]["rollout_tokens"] > 0
