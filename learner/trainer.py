@@ -69,6 +69,7 @@ class BatchTargets:
     rollouts: Packed | None = None  # teacher-written replies after the student's (unhinted) prompts
     rollout_teacher: torch.Tensor | None = None  # the teacher's logprobs on them [n_rollout], for the KL
     rollout_turns: list[int] = field(default_factory=list)  # sample index of each rollout
+    rollout_texts: list[str] = field(default_factory=list)  # each rollout decoded, for review
 
 
 @dataclass
@@ -219,6 +220,7 @@ class Learner:
             t_packed = pack([teacher_prompts[k] for k in keep], [replies[k] for k in keep], self.device)
             out.rollout_teacher = token_stats(self.model, t_packed, chunk=cfg.logprob_chunk).logprobs
         out.rollout_turns = [order[k] for k in keep]
+        out.rollout_texts = [self.tokenizer.decode(replies[k], skip_special_tokens=True) for k in keep]
         out.rollouts = pack([samples[order[k]].prompt_ids for k in keep], [replies[k] for k in keep], self.device)
 
     def _step(self, t: BatchTargets) -> dict[str, float]:
@@ -284,14 +286,19 @@ def _summaries(samples: list[Sample], t: BatchTargets) -> list[dict[str, Any]]:
     rl = t.packed.split(t.rl_adv.cpu())
     opd = t.packed.split(t.opd_adv.cpu())
     rollout_tokens = [0] * len(samples)
+    rollout_texts: list[list[str]] = [[] for _ in samples]
     if t.rollouts is not None:
-        for i, n in zip(t.rollout_turns, t.rollouts.lengths, strict=True):
+        for i, n, text in zip(t.rollout_turns, t.rollouts.lengths, t.rollout_texts, strict=True):
             rollout_tokens[i] += n
-    return [
-        {"rl": round(float(r.mean()), 4), "opd": round(float(o.mean()), 4), "n_tokens": len(s.response_ids),
-         "score": s.score, "hinted": s.is_opd, "source": s.source, "rollout_tokens": n}
-        for s, r, o, n in zip(samples, rl, opd, rollout_tokens, strict=True)
-    ]
+            rollout_texts[i].append(text)
+    out = []
+    for s, r, o, n, texts in zip(samples, rl, opd, rollout_tokens, rollout_texts, strict=True):
+        row = {"rl": round(float(r.mean()), 4), "opd": round(float(o.mean()), 4), "n_tokens": len(s.response_ids),
+               "score": s.score, "hinted": s.is_opd, "source": s.source, "rollout_tokens": n}
+        if texts:  # what the hinted teacher wrote, so a reviewer sees what the student was taught
+            row["rollouts"] = texts
+        out.append(row)
+    return out
 
 
 SHAPE_FIELDS = ("rank", "alpha", "dropout", "target_modules", "device", "dtype", "seed")

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.modelload import load_model
-from core.models import AdapterVersion
+from core.models import AdapterVersion, Turn
 from core.settings import Settings
 from learner.config import TrainConfig
 from learner.losses import tail_logprob, topk_reverse_kl
@@ -127,5 +127,9 @@ def test_teacher_rollouts_teach_the_hinted_reply_the_student_never_sampled(
     assert sum(after) > sum(before) + 1.0  # nats over the four replies
     db.expire_all()
     assert 0 < short.advantage["rollout_tokens"] <= 4
+    # the learner's batched, left-padded rollouts are the teacher's own greedy replies, stored for review
+    stored = db.scalars(select(Turn).where(Turn.id != short.id).order_by(Turn.id)).all()
+    expected = [maker.tokenizer.decode(r, skip_special_tokens=True) for r in replies]
+    assert [t.advantage["rollouts"] for t in stored] == [[e] for e in expected]
     version = db.scalars(select(AdapterVersion)).one()
     assert version.metrics["summary"]["rollout_tokens"] > 0
