@@ -60,6 +60,15 @@ class TrainConfig:
     rollout_temperature: float = _f(0.0, "Teacher sampling temperature for rollouts; 0 is greedy.")
     rollout_max_tokens: int = _f(256, "Token budget of a rollout (and at most the turn's own max_new_tokens).")
     w_rollout: float = _f(1.0, "Weight of the rollout loss (mean over rollout tokens).")
+    rollout_min_gain: float = _f(
+        0.0, "Learn a rollout only if its mean teacher-minus-student logprob per token is at least this "
+        "(the hint made it more likely than the student already finds it).")
+    rollout_max_echo: float = _f(
+        0.8, "Learn a rollout only if it repeats at most this share of the hint's word trigrams "
+        "(a hint that holds the answer may be partly quoted; 1 keeps every rollout).")
+    rollout_max_copy: float = _f(
+        0.5, "Learn a rollout only if at most this share of its word trigrams repeats earlier assistant "
+        "replies of the conversation (1 keeps every rollout).")
     teacher: Literal["base", "adapter"] = _f("base", "Teacher weights: base model or current adapter.")
     baseline: bool = _f(True, "Subtract the batch-mean score from RL advantages.")
     max_staleness: int = _f(4, "Drop samples served more than this many adapter versions ago.")
@@ -91,6 +100,8 @@ class TrainConfig:
             problems.append(f"lr={self.lr}: set a positive rate, or None for the device default")
         if self.rollouts < 0 or self.rollout_temperature < 0 or self.rollout_max_tokens < 1 or self.w_rollout < 0:
             problems.append("rollouts, rollout_temperature and w_rollout must be >= 0, rollout_max_tokens >= 1")
+        if not (0 <= self.rollout_max_echo <= 1 and 0 <= self.rollout_max_copy <= 1):
+            problems.append("rollout_max_echo and rollout_max_copy are shares: set them in [0, 1]")
         if self.rollouts > 1 and self.rollout_temperature == 0:
             problems.append(f"rollouts={self.rollouts} at rollout_temperature=0 writes one greedy reply "
                             "several times: set rollouts=1 or a temperature above 0")

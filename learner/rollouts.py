@@ -12,13 +12,26 @@ rollouts) or its sampled form (temperature > 0). In-process on SmolLM2-135M with
 user's rule in words as the hint (`scripts/hint_ablation.py --arms rule`, one rollout per turn,
 2 steps per version), the held-out greedy opener went 0/12 -> 0/12 -> 0/12 -> 8/12 "In short,"
 over three versions, where the same learner without rollouts stayed at 0/12 (docs/BENCHMARKS.md).
+
+Not every rollout is worth learning. A small teacher given a complaint ("You went off topic.")
+often says the complaint back, repeats an earlier reply of the conversation, or falls back on a
+stock reply the student already writes; learning those teaches nothing from the hint and sharpens
+the student's worst habits. `keep` drops a rollout that repeats most of the hint (`max_echo`: the
+share of the hint's word trigrams found in the rollout; a hint that holds the answer may still be
+partly quoted), that mostly repeats earlier assistant replies (`max_copy`: the share of the
+rollout's word trigrams found in them), or that the hint did not make more likely (`min_gain`:
+the mean teacher-minus-student logprob per token).
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+WORD = re.compile(r"[a-z0-9']+")
 
 
 @torch.no_grad()
@@ -61,6 +74,32 @@ def generate(
                 break
         replies.append(reply)
     return replies
+
+
+def trigrams(text: str) -> set[tuple[str, ...]]:
+    words = WORD.findall(text.lower())
+    return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
+
+
+def share_in(text: str, source: str) -> float:
+    """Share of `text`'s word trigrams that also occur in `source` (0 for text under three words)."""
+    grams = trigrams(text)
+    return len(grams & trigrams(source)) / len(grams) if grams else 0.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    gain: float  # mean teacher-minus-student logprob per rollout token
+    echo: float  # share of the hint's trigrams the rollout repeats
+    copied: float  # share of the rollout's trigrams found in earlier assistant replies
+    kept: bool
+
+
+def judge(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
+          max_copy: float) -> Verdict:
+    """Whether a rollout is learned: the hint made it likelier, and it is no echo of the hint or the chat."""
+    echo, copied = share_in(hint, text), share_in(text, "\n".join(earlier))
+    return Verdict(gain, echo, copied, gain >= min_gain and echo <= max_echo and copied <= max_copy)
 
 
 def rollout_loss(student: torch.Tensor) -> torch.Tensor:

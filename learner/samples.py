@@ -200,6 +200,11 @@ def _hermes(message: dict[str, Any]) -> dict[str, str]:
     return {"role": role, "content": text}
 
 
+def assistant_texts(messages: list[dict[str, Any]]) -> list[str]:
+    """The text of every assistant message in a prompt (tool calls in their Hermes form)."""
+    return [_hermes(m)["content"] for m in messages if m.get("role") == "assistant"]
+
+
 def teacher_messages(messages: list[dict[str, Any]], hint: str) -> list[dict[str, str]]:
     """The prompt with the hint appended to the last user message (or as a new user message)."""
     out = [_hermes(m) for m in messages]

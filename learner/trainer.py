@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from learner.losses import (
     topk_forward_kl,
     topk_reverse_kl,
 )
-from learner.samples import Sample, teacher_prompt_ids
+from learner.samples import Sample, assistant_texts, teacher_prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,8 @@ class BatchTargets:
     rollouts: Packed | None = None  # teacher-written replies after the student's (unhinted) prompts
     rollout_teacher: torch.Tensor | None = None  # the teacher's logprobs on them [n_rollout], for the KL
     rollout_turns: list[int] = field(default_factory=list)  # sample index of each rollout
-    rollout_texts: list[str] = field(default_factory=list)  # each rollout decoded, for review
+    # (sample index, text and verdict) of every rollout written, kept or not, for review
+    rollout_notes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
 
 @dataclass
@@ -204,7 +205,7 @@ class Learner:
                 out.teacher_lps[positions] = lps
 
     def _rollouts(self, samples: list[Sample], hinted: list[int], out: BatchTargets) -> None:
-        """Let the hinted teacher answer each hinted prompt itself; keep its replies and logprobs."""
+        """Let the hinted teacher answer each hinted prompt itself; keep the replies worth learning."""
         cfg = self.config
         order = [i for i in hinted for _ in range(cfg.rollouts)]
         teacher_prompts = [teacher_prompt_ids(self.tokenizer, samples[i]) for i in order]
@@ -214,14 +215,31 @@ class Learner:
         with _teacher_weights(self.model, cfg.teacher):
             replies = rollouts.generate(self.model, teacher_prompts, budgets, eos_ids=eos, pad_id=pad,
                                         temperature=cfg.rollout_temperature, device=self.device)
-            keep = [k for k, reply in enumerate(replies) if reply]
-            if not keep:
+            written = [k for k, reply in enumerate(replies) if reply]
+            if not written:
                 return
-            t_packed = pack([teacher_prompts[k] for k in keep], [replies[k] for k in keep], self.device)
-            out.rollout_teacher = token_stats(self.model, t_packed, chunk=cfg.logprob_chunk).logprobs
-        out.rollout_turns = [order[k] for k in keep]
-        out.rollout_texts = [self.tokenizer.decode(replies[k], skip_special_tokens=True) for k in keep]
-        out.rollouts = pack([samples[order[k]].prompt_ids for k in keep], [replies[k] for k in keep], self.device)
+            t_packed = pack([teacher_prompts[k] for k in written], [replies[k] for k in written], self.device)
+            teacher = t_packed.split(token_stats(self.model, t_packed, chunk=cfg.logprob_chunk).logprobs)
+        s_packed = pack([samples[order[k]].prompt_ids for k in written], [replies[k] for k in written], self.device)
+        student = s_packed.split(token_stats(self.model, s_packed, chunk=cfg.logprob_chunk).logprobs)
+        kept = []
+        for k, t_lp, s_lp in zip(written, teacher, student, strict=True):
+            sample = samples[order[k]]
+            text = self.tokenizer.decode(replies[k], skip_special_tokens=True)
+            verdict = rollouts.judge(
+                text, hint=sample.hint or "", earlier=assistant_texts(sample.messages),
+                gain=float((t_lp - s_lp).mean()), min_gain=cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo,
+                max_copy=cfg.rollout_max_copy)
+            out.rollout_notes.append((order[k], {"text": text, **{
+                f: round(v, 3) if isinstance(v, float) else v for f, v in asdict(verdict).items()}}))
+            if verdict.kept:
+                kept.append((k, t_lp))
+        if not kept:
+            return
+        out.rollout_teacher = torch.cat([t_lp for _, t_lp in kept])
+        out.rollout_turns = [order[k] for k, _ in kept]
+        out.rollouts = pack([samples[order[k]].prompt_ids for k, _ in kept], [replies[k] for k, _ in kept],
+                            self.device)
 
     def _step(self, t: BatchTargets) -> dict[str, float]:
         cfg = self.config
@@ -286,17 +304,18 @@ def _summaries(samples: list[Sample], t: BatchTargets) -> list[dict[str, Any]]:
     rl = t.packed.split(t.rl_adv.cpu())
     opd = t.packed.split(t.opd_adv.cpu())
     rollout_tokens = [0] * len(samples)
-    rollout_texts: list[list[str]] = [[] for _ in samples]
     if t.rollouts is not None:
-        for i, n, text in zip(t.rollout_turns, t.rollouts.lengths, t.rollout_texts, strict=True):
+        for i, n in zip(t.rollout_turns, t.rollouts.lengths, strict=True):
             rollout_tokens[i] += n
-            rollout_texts[i].append(text)
+    notes: list[list[dict[str, Any]]] = [[] for _ in samples]
+    for i, note in t.rollout_notes:
+        notes[i].append(note)
     out = []
-    for s, r, o, n, texts in zip(samples, rl, opd, rollout_tokens, rollout_texts, strict=True):
+    for s, r, o, n, written in zip(samples, rl, opd, rollout_tokens, notes, strict=True):
         row = {"rl": round(float(r.mean()), 4), "opd": round(float(o.mean()), 4), "n_tokens": len(s.response_ids),
                "score": s.score, "hinted": s.is_opd, "source": s.source, "rollout_tokens": n}
-        if texts:  # what the hinted teacher wrote, so a reviewer sees what the student was taught
-            row["rollouts"] = texts
+        if written:  # what the hinted teacher wrote, so a reviewer sees what the student was (not) taught
+            row["rollouts"] = written
         out.append(row)
     return out
 

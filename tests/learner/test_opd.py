@@ -126,10 +126,17 @@ def test_teacher_rollouts_teach_the_hinted_reply_the_student_never_sampled(
     after = [sum(maker.logprobs(p, r, model=tuned)) for (p, _, _), r in zip(_pairs(maker), replies, strict=True)]
     assert sum(after) > sum(before) + 1.0  # nats over the four replies
     db.expire_all()
-    assert 0 < short.advantage["rollout_tokens"] <= 4
+    (note,) = short.advantage["rollouts"]  # written within the turn's budget, kept or not
+    assert 0 < len(maker.tokenizer(note["text"], add_special_tokens=False)["input_ids"]) <= 4
+    assert short.advantage["rollout_tokens"] <= 4
     # the learner's batched, left-padded rollouts are the teacher's own greedy replies, stored for review
+    # with their gain: mean teacher-minus-student logprob, the student being the base (fresh adapter)
     stored = db.scalars(select(Turn).where(Turn.id != short.id).order_by(Turn.id)).all()
-    expected = [maker.tokenizer.decode(r, skip_special_tokens=True) for r in replies]
-    assert [t.advantage["rollouts"] for t in stored] == [[e] for e in expected]
+    for turn, (prompt, t_prompt, _), reply in zip(stored, _pairs(maker), replies, strict=True):
+        (note,) = turn.advantage["rollouts"]
+        assert note["text"] == maker.tokenizer.decode(reply, skip_special_tokens=True)
+        gain = sum(t - s for t, s in zip(maker.logprobs(t_prompt, reply), maker.logprobs(prompt, reply),
+                                         strict=True)) / len(reply)
+        assert note["gain"] == pytest.approx(gain, abs=2e-3) and note["kept"]
     version = db.scalars(select(AdapterVersion)).one()
     assert version.metrics["summary"]["rollout_tokens"] > 0
