@@ -16,7 +16,7 @@ over three versions, where the same learner without rollouts stayed at 0/12 (doc
 Not every rollout is worth learning. A small teacher given a complaint ("You went off topic.")
 often says the complaint back, repeats an earlier reply of the conversation, or falls back on a
 stock reply the student already writes; learning those teaches nothing from the hint and sharpens
-the student's worst habits. `keep` drops a rollout that repeats most of the hint (`max_echo`: the
+the student's worst habits. `screen` drops a rollout that repeats most of the hint (`max_echo`: the
 share of the hint's word trigrams found in the rollout; a hint that holds the answer may still be
 partly quoted), that mostly repeats earlier assistant replies (`max_copy`: the share of the
 rollout's word trigrams found in them), or that the hint did not make more likely (`min_gain`:
@@ -95,7 +95,7 @@ class Verdict:
     kept: bool
 
 
-def judge(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
+def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
           max_copy: float) -> Verdict:
     """Whether a rollout is learned: the hint made it likelier, and it is no echo of the hint or the chat."""
     echo, copied = share_in(hint, text), share_in(text, "\n".join(earlier))

@@ -226,7 +226,7 @@ class Learner:
         for k, t_lp, s_lp in zip(written, teacher, student, strict=True):
             sample = samples[order[k]]
             text = self.tokenizer.decode(replies[k], skip_special_tokens=True)
-            verdict = rollouts.judge(
+            verdict = rollouts.screen(
                 text, hint=sample.hint or "", earlier=assistant_texts(sample.messages),
                 gain=float((t_lp - s_lp).mean()), min_gain=cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo,
                 max_copy=cfg.rollout_max_copy)

@@ -4,7 +4,7 @@ learner makes them (base weights, greedy, the turn's own token budget), from a c
     python scripts/rollout_probe.py RUN.db [--user bottomline]
 
 For every hinted main turn: does the rollout meet the user's rule and pass the benchmark's quality
-guard against the session's question, and would the learner's rollout screen (learner.rollouts.judge,
+guard against the session's question, and would the learner's rollout screen (learner.rollouts.screen,
 TrainConfig defaults) keep it? Its gain is taken with the base model as the student, which is the
 student of a run's first batch only. Counted apart for hints that state the rule (they quote the
 rule's words) and for the other complaints, and for first turns against redo turns.
@@ -44,7 +44,7 @@ def main(db: Path, user_name: str) -> None:
     from core.turns import view_of
     from learner.config import TrainConfig
     from learner.logprobs import pack, token_stats
-    from learner.rollouts import generate, judge
+    from learner.rollouts import generate, screen
     from learner.samples import Sample, assistant_texts, teacher_prompt_ids
 
     torch.set_num_threads(2)
@@ -62,7 +62,7 @@ def main(db: Path, user_name: str) -> None:
             question = current_question(view.messages, [q.text for q in user.train])
             rows.append((turn, sample, question, (turn.params or {}).get("max_new_tokens", 64)))
     cfg = TrainConfig()
-    screen = {"min_gain": cfg.rollout_min_gain, "max_echo": cfg.rollout_max_echo, "max_copy": cfg.rollout_max_copy}
+    thresholds = {"min_gain": cfg.rollout_min_gain, "max_echo": cfg.rollout_max_echo, "max_copy": cfg.rollout_max_copy}
 
     def gains(samples: list, prompts: list[list[int]], replies: list[list[int]]) -> list[float]:
         with torch.no_grad():
@@ -86,8 +86,8 @@ def main(db: Path, user_name: str) -> None:
             when = "first turn" if turn.turn_index == 0 else "redo turn"
             passed = guard.check(question, text).passed
             met = passed and not user.check(text)
-            verdict = judge(text, hint=sample.hint or "", earlier=assistant_texts(sample.messages), gain=gain,
-                            **screen)
+            verdict = screen(text, hint=sample.hint or "", earlier=assistant_texts(sample.messages), gain=gain,
+                            **thresholds)
             for key, on in (("n", True), ("met", met), ("on topic", passed), ("kept", verdict.kept),
                             ("kept and met", verdict.kept and met), ("kept, off topic", verdict.kept and not passed)):
                 if on:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from learner.rollouts import judge, share_in
+from learner.rollouts import screen, share_in
 
 DEFAULTS = {"min_gain": 0.0, "max_echo": 0.8, "max_copy": 0.5}
 
@@ -29,13 +29,13 @@ DEFAULTS = {"min_gain": 0.0, "max_echo": 0.8, "max_copy": 0.5}
 ])
 def test_echoes_of_the_hint_or_the_chat_are_not_learned(text: str, hint: str, earlier: list[str],
                                                          kept: bool) -> None:
-    assert judge(text, hint=hint, earlier=earlier, gain=1.0, **DEFAULTS).kept is kept
+    assert screen(text, hint=hint, earlier=earlier, gain=1.0, **DEFAULTS).kept is kept
 
 
 def test_a_rollout_the_hint_did_not_make_likelier_is_not_learned() -> None:
     text, hint = "In short, you should not.", "Start with 'In short,'."
-    assert judge(text, hint=hint, earlier=[], gain=0.2, **DEFAULTS).kept
-    assert not judge(text, hint=hint, earlier=[], gain=-0.1, **DEFAULTS).kept
+    assert screen(text, hint=hint, earlier=[], gain=0.2, **DEFAULTS).kept
+    assert not screen(text, hint=hint, earlier=[], gain=-0.1, **DEFAULTS).kept
 
 
 def test_share_in_counts_word_trigrams() -> None:
