@@ -69,6 +69,9 @@ class TrainConfig:
     rollout_max_copy: float = _f(
         0.5, "Learn a rollout only if at most this share of its word trigrams repeats earlier assistant "
         "replies of the conversation (1 keeps every rollout).")
+    rollout_pick: Literal["all", "best"] = _f(
+        "all", "all: learn every rollout the screen keeps; best: of a turn's kept rollouts, only the one "
+        "with the highest gain (the reply the hint made likeliest; use with rollouts > 1).")
     teacher: Literal["base", "adapter"] = _f("base", "Teacher weights: base model or current adapter.")
     baseline: bool = _f(True, "Subtract the batch-mean score from RL advantages.")
     max_staleness: int = _f(4, "Drop samples served more than this many adapter versions ago.")
@@ -87,6 +90,8 @@ class TrainConfig:
             problems.append(f"opd_mode={self.opd_mode!r}: set token or topk")
         if self.topk_direction not in ("reverse", "forward"):
             problems.append(f"topk_direction={self.topk_direction!r}: set reverse or forward")
+        if self.rollout_pick not in ("all", "best"):
+            problems.append(f"rollout_pick={self.rollout_pick!r}: set all or best")
         if self.teacher not in ("base", "adapter"):
             problems.append(f"teacher={self.teacher!r}: set base or adapter")
         for name in ("batch_size", "steps_per_batch", "rank", "top_k", "logprob_chunk"):

@@ -21,6 +21,11 @@ share of the hint's word trigrams found in the rollout; a hint that holds the an
 partly quoted), that mostly repeats earlier assistant replies (`max_copy`: the share of the
 rollout's word trigrams found in them), or that the hint did not make more likely (`min_gain`:
 the mean teacher-minus-student logprob per token).
+
+With several sampled rollouts per turn (`rollouts` > 1, temperature > 0), `pick_best` keeps only
+the one the hint explains best: the kept rollout with the highest gain, i.e. the reply whose
+likelihood the hint raised the most. A stock reply the student already writes gains little; one
+that does what the hint asks gains the most.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from learner.logprobs import pack, token_stats
 
 WORD = re.compile(r"[a-z0-9']+")
 
@@ -100,6 +107,29 @@ def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: f
     """Whether a rollout is learned: the hint made it likelier, and it is no echo of the hint or the chat."""
     echo, copied = share_in(hint, text), share_in(text, "\n".join(earlier))
     return Verdict(gain, echo, copied, gain >= min_gain and echo <= max_echo and copied <= max_copy)
+
+
+@torch.no_grad()
+def scored(model: Any, prompts: list[list[int]], replies: list[list[int]], *, device: str,
+           chunk: int, rows: int = 8) -> list[torch.Tensor]:
+    """Per-token logprobs of each reply after its prompt, under `model` as it is, `rows` sequences
+    packed at a time (a packed row's attention grows with the square of its length)."""
+    out: list[torch.Tensor] = []
+    for i in range(0, len(prompts), rows):
+        packed = pack(prompts[i:i + rows], replies[i:i + rows], device)
+        out += packed.split(token_stats(model, packed, chunk=chunk).logprobs)
+    return out
+
+
+def gains(teacher: list[torch.Tensor], student: list[torch.Tensor]) -> list[float]:
+    """Mean teacher-minus-student logprob per token of each rollout."""
+    return [float((t - s).mean()) for t, s in zip(teacher, student, strict=True)]
+
+
+def pick_best(verdicts: list[Verdict]) -> int | None:
+    """Index of the kept verdict with the highest gain (None when none is kept)."""
+    kept = [k for k, v in enumerate(verdicts) if v.kept]
+    return max(kept, key=lambda k: verdicts[k].gain) if kept else None
 
 
 def rollout_loss(student: torch.Tensor) -> torch.Tensor:

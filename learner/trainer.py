@@ -218,28 +218,34 @@ class Learner:
             written = [k for k, reply in enumerate(replies) if reply]
             if not written:
                 return
-            t_packed = pack([teacher_prompts[k] for k in written], [replies[k] for k in written], self.device)
-            teacher = t_packed.split(token_stats(self.model, t_packed, chunk=cfg.logprob_chunk).logprobs)
-        s_packed = pack([samples[order[k]].prompt_ids for k in written], [replies[k] for k in written], self.device)
-        student = s_packed.split(token_stats(self.model, s_packed, chunk=cfg.logprob_chunk).logprobs)
-        kept = []
-        for k, t_lp, s_lp in zip(written, teacher, student, strict=True):
+            teacher = rollouts.scored(self.model, [teacher_prompts[k] for k in written],
+                                      [replies[k] for k in written], device=self.device, chunk=cfg.logprob_chunk)
+        student = rollouts.scored(self.model, [samples[order[k]].prompt_ids for k in written],
+                                  [replies[k] for k in written], device=self.device, chunk=cfg.logprob_chunk)
+        texts = [self.tokenizer.decode(replies[k], skip_special_tokens=True) for k in written]
+        verdicts: dict[int, list[tuple[int, rollouts.Verdict]]] = {}  # by sample index: (reply, verdict)
+        for j, (k, gain) in enumerate(zip(written, rollouts.gains(teacher, student), strict=True)):
             sample = samples[order[k]]
-            text = self.tokenizer.decode(replies[k], skip_special_tokens=True)
             verdict = rollouts.screen(
-                text, hint=sample.hint or "", earlier=assistant_texts(sample.messages),
-                gain=float((t_lp - s_lp).mean()), min_gain=cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo,
-                max_copy=cfg.rollout_max_copy)
-            out.rollout_notes.append((order[k], {"text": text, **{
-                f: round(v, 3) if isinstance(v, float) else v for f, v in asdict(verdict).items()}}))
-            if verdict.kept:
-                kept.append((k, t_lp))
+                texts[j], hint=sample.hint or "", earlier=assistant_texts(sample.messages), gain=gain,
+                min_gain=cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo, max_copy=cfg.rollout_max_copy)
+            verdicts.setdefault(order[k], []).append((j, verdict))
+        kept: list[int] = []  # positions in `written`
+        for i, group in verdicts.items():
+            best = rollouts.pick_best([v for _, v in group]) if cfg.rollout_pick == "best" else None
+            for n, (j, verdict) in enumerate(group):
+                learned = verdict.kept and (cfg.rollout_pick == "all" or n == best)
+                out.rollout_notes.append((i, {"text": texts[j], **{
+                    f: round(v, 3) if isinstance(v, float) else v for f, v in asdict(verdict).items()},
+                    "learned": learned}))
+                if learned:
+                    kept.append(j)
         if not kept:
             return
-        out.rollout_teacher = torch.cat([t_lp for _, t_lp in kept])
-        out.rollout_turns = [order[k] for k, _ in kept]
-        out.rollouts = pack([samples[order[k]].prompt_ids for k, _ in kept], [replies[k] for k, _ in kept],
-                            self.device)
+        out.rollout_teacher = torch.cat([teacher[j] for j in kept])
+        out.rollout_turns = [order[written[j]] for j in kept]
+        out.rollouts = pack([samples[order[written[j]]].prompt_ids for j in kept],
+                            [replies[written[j]] for j in kept], self.device)
 
     def _step(self, t: BatchTargets) -> dict[str, float]:
         cfg = self.config

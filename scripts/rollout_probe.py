@@ -43,8 +43,7 @@ def main(db: Path, user_name: str) -> None:
     from core.settings import Settings
     from core.turns import view_of
     from learner.config import TrainConfig
-    from learner.logprobs import pack, token_stats
-    from learner.rollouts import generate, screen
+    from learner.rollouts import gains, generate, scored, screen
     from learner.samples import Sample, assistant_texts, teacher_prompt_ids
 
     torch.set_num_threads(2)
@@ -64,23 +63,19 @@ def main(db: Path, user_name: str) -> None:
     cfg = TrainConfig()
     thresholds = {"min_gain": cfg.rollout_min_gain, "max_echo": cfg.rollout_max_echo, "max_copy": cfg.rollout_max_copy}
 
-    def gains(samples: list, prompts: list[list[int]], replies: list[list[int]]) -> list[float]:
-        with torch.no_grad():
-            t = pack(prompts, replies, "cpu")
-            s_ = pack([x.prompt_ids for x in samples], replies, "cpu")
-            diffs = t.split(token_stats(model, t).logprobs - token_stats(model, s_).logprobs)
-        return [float(d.mean()) for d in diffs]
-
     counts: Counter[tuple[str, str, str]] = Counter()
     for start in range(0, len(rows), 8):
         batch = rows[start:start + 8]
         prompts = [teacher_prompt_ids(tok, sample) for _, sample, _, _ in batch]
         replies = generate(model, prompts, [b for *_, b in batch], eos_ids=eos, pad_id=eos[0], temperature=0.0,
                            device="cpu")
-        written = [(b, ids) for b, ids in zip(batch, replies, strict=True) if ids]
-        found = gains([b[1] for b, _ in written], [teacher_prompt_ids(tok, b[1]) for b, _ in written],
-                      [ids for _, ids in written])
-        for ((turn, sample, question, _), ids), gain in zip(written, found, strict=True):
+        written = [(b, ids, p) for b, ids, p in zip(batch, replies, prompts, strict=True) if ids]
+        with torch.no_grad():
+            found = gains(scored(model, [p for *_, p in written], [ids for _, ids, _ in written],
+                                 device="cpu", chunk=cfg.logprob_chunk),
+                          scored(model, [b[1].prompt_ids for b, *_ in written], [ids for _, ids, _ in written],
+                                 device="cpu", chunk=cfg.logprob_chunk))
+        for ((turn, sample, question, _), ids, _), gain in zip(written, found, strict=True):
             text = tok.decode(ids, skip_special_tokens=True)
             kind = "states the rule" if "in short" in (sample.hint or "").lower() else "other complaint"
             when = "first turn" if turn.turn_index == 0 else "redo turn"

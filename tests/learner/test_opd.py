@@ -140,3 +140,25 @@ def test_teacher_rollouts_teach_the_hinted_reply_the_student_never_sampled(
         assert note["gain"] == pytest.approx(gain, abs=2e-3) and note["kept"]
     version = db.scalars(select(AdapterVersion)).one()
     assert version.metrics["summary"]["rollout_tokens"] > 0
+
+
+def test_best_of_sampled_rollouts_learns_only_the_one_the_hint_made_likeliest(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    torch.manual_seed(0)
+    _train(settings, session_factory, db, maker, model_path, opd_mode="token", rollouts=3, rollout_temperature=1.0,
+           rollout_max_tokens=12, rollout_pick="best", rollout_min_gain=-100.0)
+    db.expire_all()
+    turns = db.scalars(select(Turn).order_by(Turn.id)).all()
+    learned_somewhere = False
+    for turn in turns:
+        notes = turn.advantage["rollouts"]
+        assert len(notes) == 3  # every sampled rollout is stored for review, learned or not
+        kept = [n for n in notes if n["kept"]]
+        learned = [n for n in notes if n["learned"]]
+        assert len(learned) == (1 if kept else 0)
+        if learned:
+            learned_somewhere = True
+            assert learned[0]["gain"] == max(n["gain"] for n in kept)
+            assert 0 < turn.advantage["rollout_tokens"] <= 12  # one rollout's tokens, within its budget
+    assert learned_somewhere

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from learner.rollouts import screen, share_in
+from learner.rollouts import Verdict, pick_best, screen, share_in
 
 DEFAULTS = {"min_gain": 0.0, "max_echo": 0.8, "max_copy": 0.5}
 
@@ -43,3 +43,9 @@ def test_share_in_counts_word_trigrams() -> None:
     assert share_in("the sky is blue", "the sky was blue") == 0.0
     assert share_in("two words", "two words") == 0.0  # under three words: nothing to compare
     assert share_in("a b c d", "x a b c") == 0.5
+
+
+def test_pick_best_takes_the_kept_rollout_with_the_highest_gain() -> None:
+    verdicts = [Verdict(2.0, 0.9, 0.0, False), Verdict(0.5, 0.0, 0.0, True), Verdict(0.8, 0.0, 0.0, True)]
+    assert pick_best(verdicts) == 2  # the higher gain at index 0 was screened out
+    assert pick_best([Verdict(1.0, 1.0, 0.0, False)]) is None
