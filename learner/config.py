@@ -72,6 +72,10 @@ class TrainConfig:
     rollout_pick: Literal["all", "best"] = _f(
         "all", "all: learn every rollout the screen keeps; best: of a turn's kept rollouts, only the one "
         "with the highest gain (the reply the hint made likeliest; use with rollouts > 1).")
+    rollout_replay: int = _f(
+        0, "Learned rollouts of earlier batches learned again with each batch (the N most recent, from the "
+        "DB): a hint that shows the wanted reply may come once in many turns, and one pass of one "
+        "rollout barely moves the student. 0: none.")
     teacher: Literal["base", "adapter"] = _f("base", "Teacher weights: base model or current adapter.")
     baseline: bool = _f(True, "Subtract the batch-mean score from RL advantages.")
     max_staleness: int = _f(4, "Drop samples served more than this many adapter versions ago.")
@@ -90,6 +94,8 @@ class TrainConfig:
             problems.append(f"opd_mode={self.opd_mode!r}: set token or topk")
         if self.topk_direction not in ("reverse", "forward"):
             problems.append(f"topk_direction={self.topk_direction!r}: set reverse or forward")
+        if self.rollout_replay < 0:
+            problems.append(f"rollout_replay={self.rollout_replay}: set 0 or more")
         if self.rollout_pick not in ("all", "best"):
             problems.append(f"rollout_pick={self.rollout_pick!r}: set all or best")
         if self.teacher not in ("base", "adapter"):

@@ -19,7 +19,7 @@ from core.models import AdapterVersion, Turn, TurnStatus
 from core.settings import Settings
 from learner import versions
 from learner.config import TrainConfig
-from learner.samples import Collected, collect_samples
+from learner.samples import Collected, collect_samples, replay_rollouts
 from learner.trainer import Learner, Progress, cached_learner
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,11 @@ def _train(
             parent = session.get(AdapterVersion, row.parent_id)
             parent_path = parent.path if parent else None
     learner.sync(parent_path)  # continue from the served adapter
-    result = learner.train_batch(collected.samples, progress)
+    replay = None
+    if config.rollout_replay:
+        with factory() as session:
+            replay = replay_rollouts(session, config.rollout_replay)
+    result = learner.train_batch(collected.samples, progress, replay=replay)
     path = settings.adapters_dir / row.name
     learner.save(path)
     metrics = _metrics(result.steps, collected, reason, time.perf_counter() - started)

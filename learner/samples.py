@@ -165,6 +165,24 @@ def _consider(
     )
 
 
+def replay_rollouts(session: Session, limit: int) -> list[tuple[list[int], list[int]]]:
+    """(student prompt ids, rollout ids) of the `limit` most recently learned teacher rollouts, newest
+    first, from trained turns' advantage notes (each learned rollout keeps its token ids there)."""
+    out: list[tuple[list[int], list[int]]] = []
+    stmt = (select(Turn).where(Turn.trained_version_id.is_not(None), Turn.advantage.is_not(None))
+            .order_by(Turn.id.desc()))
+    for turn in session.scalars(stmt.execution_options(yield_per=PAGE)):
+        learned = [n["ids"] for n in (turn.advantage or {}).get("rollouts", []) if n.get("learned") and n.get("ids")]
+        if not learned:
+            continue
+        prompt = view_of(session, turn).prompt_token_ids
+        for ids in learned:
+            out.append((prompt, ids))
+            if len(out) >= limit:
+                return out
+    return out
+
+
 # --- teacher context ----------------------------------------------------------------------------
 
 

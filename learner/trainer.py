@@ -8,7 +8,9 @@ The method (one batch):
     at every response position, which can raise tokens the student never sampled.
   - Teacher rollouts (`rollouts` > 0): the hinted teacher also writes its own reply to each hinted
     prompt, and the student learns it with the hint removed (sequence-level distillation, see
-    `learner.rollouts`). This reaches behaviour the student never samples.
+    `learner.rollouts`). This reaches behaviour the student never samples. With `rollout_replay`,
+    the most recently learned rollouts (token ids kept in their turns' advantage notes) are learned
+    again with each later batch.
   - Loss: token-level clipped surrogate with ratio pi_theta / pi_behavior, pi_behavior being the
     engine's logged sampling logprob, truncated at a cap; plus an optional k3 KL to the base model
     (the adapter disabled, so the reference costs no memory).
@@ -71,6 +73,7 @@ class BatchTargets:
     rollout_turns: list[int] = field(default_factory=list)  # sample index of each rollout
     # (sample index, text and verdict) of every rollout written, kept or not, for review
     rollout_notes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    replay: Packed | None = None  # rollouts learned in earlier batches, learned again (rollout_replay)
 
 
 @dataclass
@@ -140,10 +143,14 @@ class Learner:
 
     # --- one batch ---------------------------------------------------------------------------
 
-    def train_batch(self, samples: list[Sample], progress: Progress | None = None) -> BatchResult:
-        """Run `steps_per_batch` optimizer steps on `samples`; returns per-step metrics."""
+    def train_batch(self, samples: list[Sample], progress: Progress | None = None,
+                    replay: list[tuple[list[int], list[int]]] | None = None) -> BatchResult:
+        """Run `steps_per_batch` optimizer steps on `samples` (and on the `replay` rollouts: (prompt ids,
+        rollout ids) learned in earlier batches); returns per-step metrics."""
         cfg = self.config
         targets = self._targets(samples)
+        if replay:
+            targets.replay = pack([p for p, _ in replay], [r for _, r in replay], self.device)
         self.model.train()
         steps = []
         for step in range(cfg.steps_per_batch):
@@ -237,7 +244,7 @@ class Learner:
                 learned = verdict.kept and (cfg.rollout_pick == "all" or n == best)
                 out.rollout_notes.append((i, {"text": texts[j], **{
                     f: round(v, 3) if isinstance(v, float) else v for f, v in asdict(verdict).items()},
-                    "learned": learned}))
+                    "learned": learned, **({"ids": replies[written[j]]} if learned else {})}))
                 if learned:
                     kept.append(j)
         if not kept:
@@ -270,6 +277,10 @@ class Learner:
             rollout = rollouts.rollout_loss(on_rollouts).mean()
             rollout_kl = (t.rollout_teacher - on_rollouts.detach()).mean()  # estimates KL(teacher || student)
             loss = loss + cfg.w_rollout * rollout
+        replayed = torch.zeros(())
+        if t.replay is not None:
+            replayed = rollouts.rollout_loss(token_stats(self.model, t.replay, chunk=cfg.logprob_chunk).logprobs).mean()
+            loss = loss + cfg.w_rollout * replayed
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -286,6 +297,8 @@ class Learner:
             "rollout_loss": float(rollout.detach()),
             "rollout_kl": float(rollout_kl),
             "rollout_tokens": int(t.rollouts.targets.shape[0]) if t.rollouts is not None else 0,
+            "replay_loss": float(replayed.detach()),
+            "replay_tokens": int(t.replay.targets.shape[0]) if t.replay is not None else 0,
             "ratio_mean": float(ratio.detach().mean()),
             "ratio_max": float(ratio.detach().max()),
             "grad_norm": float(grad_norm),

@@ -162,3 +162,23 @@ def test_best_of_sampled_rollouts_learns_only_the_one_the_hint_made_likeliest(
             assert learned[0]["gain"] == max(n["gain"] for n in kept)
             assert 0 < turn.advantage["rollout_tokens"] <= 12  # one rollout's tokens, within its budget
     assert learned_somewhere
+
+
+def test_rollouts_learned_in_a_batch_are_replayed_in_the_next(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    cfg = {"opd_mode": "token", "rollouts": 1, "rollout_max_tokens": 8, "rollout_min_gain": -100.0}
+    _train(settings, session_factory, db, maker, model_path, **cfg)
+    db.expire_all()
+    first = db.scalars(select(Turn).order_by(Turn.id)).all()
+    learned = [n for t in first for n in t.advantage["rollouts"] if n["learned"]]
+    assert len(learned) == len(HINTED)  # nothing screened out at this gain floor
+    for note in learned:  # the stored ids are the rollout the text shows
+        assert maker.tokenizer.decode(note["ids"], skip_special_tokens=True) == note["text"]
+    _train(settings, session_factory, db, maker, model_path, rollout_replay=3, **cfg)
+    second = db.scalars(select(AdapterVersion).order_by(AdapterVersion.id.desc())).first()
+    assert second is not None
+    newest = [n for t in reversed(first) for n in t.advantage["rollouts"] if n["learned"]][:3]
+    for step in second.metrics["steps"]:
+        assert step["replay_tokens"] == sum(len(n["ids"]) for n in newest)
+        assert step["replay_loss"] > 0
