@@ -2,6 +2,7 @@
 learner makes them (base weights, greedy, the turn's own token budget), from a copy of the run's DB.
 
     python scripts/rollout_probe.py RUN.db [--user bottomline]
+    (RUN.db: a run's learnproxy.db, left by `learnproxy bench learn --keep DIR` under DIR/<run>/)
 
 For every hinted main turn: does the rollout meet the user's rule and pass the benchmark's quality
 guard against the session's question, and would the learner's rollout screen (learner.rollouts.screen,

@@ -18,6 +18,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -243,9 +244,12 @@ def runs_for(plan: Plan) -> list[tuple[str, str | None, int]]:
     return out
 
 
-def execute(settings: Settings, plan: Plan, *, command: str, mode: str, out_dir: Path, variant: str = ""
-            ) -> dict[str, Any]:
-    """Run every (method, user, seed) of the plan and write the raw results, plots and markdown."""
+def execute(settings: Settings, plan: Plan, *, command: str, mode: str, out_dir: Path, variant: str = "",
+            keep: Path | None = None) -> dict[str, Any]:
+    """Run every (method, user, seed) of the plan and write the raw results, plots and markdown.
+
+    Each run's data folder (its DB, adapters, logs) goes in a temporary folder removed at the end,
+    or under `keep`, left in place for inspection (scripts/rollout_probe.py reads a run's DB)."""
     started = time.monotonic()
     # This process only drives the server and embeds replies for the guard: one core's worth.
     set_torch_threads(settings.torch_threads or 1)
@@ -256,7 +260,10 @@ def execute(settings: Settings, plan: Plan, *, command: str, mode: str, out_dir:
         "started_at": datetime.now(UTC).isoformat(), "guard": asdict(guard.validation), "runs": [],
     }
     shared: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="learnproxy-bench-") as tmp:
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    with (nullcontext(str(keep)) if keep is not None else tempfile.TemporaryDirectory(prefix="learnproxy-bench-")
+          ) as tmp:
         for method, user_name, seed in runs_for(plan):
             results["runs"].append(run_one(settings, plan, guard, shared, method=method, user_name=user_name,
                                            seed=seed, workdir=Path(tmp)))
@@ -285,6 +292,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="learner settings (TrainConfig fields) for every trained run, e.g. {\"opd_mode\": \"topk\"}")
     p.add_argument("--tag", default="", help="suffix for the result files, to keep variants apart")
     p.add_argument("--out", type=Path, default=DOCS, help="folder for learn_results/ and img/")
+    p.add_argument("--keep", type=Path, metavar="DIR",
+                   help="keep each run's data folder (DB, adapters, logs) under DIR instead of deleting it")
     p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
                    help="run nothing: merge raw results of several seeds and render them")
     return p.parse_args(argv)
@@ -332,7 +341,7 @@ def main(argv: list[str], settings: Settings) -> int:
         report.write(results, args.out)
     else:
         results = execute(settings, plan_from(args), command=command, mode="quick" if args.quick else "full",
-                          out_dir=args.out, variant=args.tag)
+                          out_dir=args.out, variant=args.tag, keep=args.keep)
     body = report.render(results)
     print(body, flush=True)
     if args.out.resolve() == DOCS.resolve():  # figures in docs/ get their section in BENCHMARKS.md

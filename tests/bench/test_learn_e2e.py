@@ -21,7 +21,8 @@ def test_tiny_quick_run_end_to_end(tmp_path: Path, model_path: str) -> None:
     settings = Settings(data_dir=data, train_batch_size=1, judge_votes=1, judge_max_tokens=48)
     out = tmp_path / "out"
     # On 2 shared cores the 135M judge takes up to a minute a turn: give the first version time to come.
-    argv = ["--quick", "--interactions", "4", "--heldout", "2", "--version-wait", "600", "--out", str(out)]
+    argv = ["--quick", "--interactions", "4", "--heldout", "2", "--version-wait", "600", "--out", str(out),
+            "--keep", str(tmp_path / "runs")]
     rc = main(argv, settings)
 
     raw = json.loads((out / "learn_results" / "learn_quick_seed0.json").read_text())
@@ -39,3 +40,5 @@ def test_tiny_quick_run_end_to_end(tmp_path: Path, model_path: str) -> None:
     assert combined["points"][-1]["version"] is not None
     assert (out / "img" / "learn_quick_seed0_student.png").stat().st_size > 5000
     assert "### " in (out / "learn_results" / "learn_quick_seed0.md").read_text()
+    # --keep leaves each run's data folder, DB included, for inspection
+    assert (tmp_path / "runs" / "combined-student-s0" / "learnproxy.db").stat().st_size > 0
