@@ -220,39 +220,39 @@ class Learner:
         eos = eos_token_ids(self.model, self.tokenizer)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
         with _teacher_weights(self.model, cfg.teacher):
-            replies = rollouts.generate(self.model, teacher_prompts, budgets, eos_ids=eos, pad_id=pad,
+            written = rollouts.generate(self.model, teacher_prompts, budgets, eos_ids=eos, pad_id=pad,
                                         temperature=cfg.rollout_temperature, device=self.device)
-            written = [k for k, reply in enumerate(replies) if reply]
-            if not written:
+            live = [k for k, reply in enumerate(written) if reply]
+            if not live:
                 return
-            teacher = rollouts.scored(self.model, [teacher_prompts[k] for k in written],
-                                      [replies[k] for k in written], device=self.device, chunk=cfg.logprob_chunk)
-        student = rollouts.scored(self.model, [samples[order[k]].prompt_ids for k in written],
-                                  [replies[k] for k in written], device=self.device, chunk=cfg.logprob_chunk)
-        texts = [self.tokenizer.decode(replies[k], skip_special_tokens=True) for k in written]
-        verdicts: dict[int, list[tuple[int, rollouts.Verdict]]] = {}  # by sample index: (reply, verdict)
-        for j, (k, gain) in enumerate(zip(written, rollouts.gains(teacher, student), strict=True)):
-            sample = samples[order[k]]
+            turns = [order[k] for k in live]  # sample index of each non-empty rollout
+            replies = [written[k] for k in live]
+            teacher = rollouts.scored(self.model, [teacher_prompts[k] for k in live], replies,
+                                      device=self.device, chunk=cfg.logprob_chunk)
+        student = rollouts.scored(self.model, [samples[i].prompt_ids for i in turns], replies,
+                                  device=self.device, chunk=cfg.logprob_chunk)
+        texts = [self.tokenizer.decode(reply, skip_special_tokens=True) for reply in replies]
+        verdicts: dict[int, list[tuple[int, rollouts.Verdict]]] = {}  # by sample index: (rollout, verdict)
+        for j, (i, gain) in enumerate(zip(turns, rollouts.gains(teacher, student), strict=True)):
             verdict = rollouts.screen(
-                texts[j], hint=sample.hint or "", earlier=assistant_texts(sample.messages), gain=gain,
+                texts[j], hint=samples[i].hint or "", earlier=assistant_texts(samples[i].messages), gain=gain,
                 min_gain=cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo, max_copy=cfg.rollout_max_copy)
-            verdicts.setdefault(order[k], []).append((j, verdict))
-        kept: list[int] = []  # positions in `written`
+            verdicts.setdefault(i, []).append((j, verdict))
+        kept: list[int] = []  # rollout positions
         for i, group in verdicts.items():
             best = rollouts.pick_best([v for _, v in group]) if cfg.rollout_pick == "best" else None
             for n, (j, verdict) in enumerate(group):
                 learned = verdict.kept and (cfg.rollout_pick == "all" or n == best)
                 out.rollout_notes.append((i, {"text": texts[j], **{
                     f: round(v, 3) if isinstance(v, float) else v for f, v in asdict(verdict).items()},
-                    "learned": learned, **({"ids": replies[written[j]]} if learned else {})}))
+                    "learned": learned, **({"ids": replies[j]} if learned else {})}))
                 if learned:
                     kept.append(j)
         if not kept:
             return
         out.rollout_teacher = torch.cat([teacher[j] for j in kept])
-        out.rollout_turns = [order[written[j]] for j in kept]
-        out.rollouts = pack([samples[order[written[j]]].prompt_ids for j in kept],
-                            [replies[written[j]] for j in kept], self.device)
+        out.rollout_turns = [turns[j] for j in kept]
+        out.rollouts = pack([samples[turns[j]].prompt_ids for j in kept], [replies[j] for j in kept], self.device)
 
     def _step(self, t: BatchTargets) -> dict[str, float]:
         cfg = self.config

@@ -71,11 +71,10 @@ def main(db: Path, user_name: str) -> None:
         replies = generate(model, prompts, [b for *_, b in batch], eos_ids=eos, pad_id=eos[0], temperature=0.0,
                            device="cpu")
         written = [(b, ids, p) for b, ids, p in zip(batch, replies, prompts, strict=True) if ids]
-        with torch.no_grad():
-            found = gains(scored(model, [p for *_, p in written], [ids for _, ids, _ in written],
-                                 device="cpu", chunk=cfg.logprob_chunk),
-                          scored(model, [b[1].prompt_ids for b, *_ in written], [ids for _, ids, _ in written],
-                                 device="cpu", chunk=cfg.logprob_chunk))
+        found = gains(scored(model, [p for *_, p in written], [ids for _, ids, _ in written],
+                             device="cpu", chunk=cfg.logprob_chunk),
+                      scored(model, [b[1].prompt_ids for b, *_ in written], [ids for _, ids, _ in written],
+                             device="cpu", chunk=cfg.logprob_chunk))
         for ((turn, sample, question, _), ids, _), gain in zip(written, found, strict=True):
             text = tok.decode(ids, skip_special_tokens=True)
             kind = "states the rule" if "in short" in (sample.hint or "").lower() else "other complaint"
