@@ -8,6 +8,7 @@ their version, and unload drained versions beyond `keep_adapters`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -88,27 +89,35 @@ def test_hot_swap_under_load(model_path: str, settings: Settings, session_factor
         stop = asyncio.Event()
         workers = [asyncio.create_task(worker(stop)) for _ in range(2)]
         long_request: asyncio.Task[dict[str, Any]] | None = None
-        for i, path in enumerate(paths):
-            if i == 2:  # starts on version 2 and must finish on it while version 3 goes live
-                long_request = asyncio.create_task(
-                    _serve(manager, engine, ids, settings.served_model_name, 16))
-                await _wait_for(lambda: engine.stats()["active"] >= 1)
-            vid, name = await asyncio.to_thread(_add_version, session_factory, path)
-            published[vid] = name
-            await _wait_for(lambda vid=vid: manager.live.version_id == vid)  # type: ignore[misc]
-            await _wait_for(lambda vid=vid: any(r["version"] == vid for r in results))  # type: ignore[misc]
-        assert long_request is not None
-        long = await long_request
-        # the old version is still loaded (keep_adapters=2): replay the long request on it, pinned
-        old_vid = long["version"]
-        replay = await _serve(manager, engine, ids, f"{settings.served_model_name}@v{old_vid}", 16)
+        with contextlib.ExitStack() as pins:
+            for i, path in enumerate(paths):
+                if i == 2:  # starts on version 2 and must finish on it while version 3 goes live
+                    long_request = asyncio.create_task(
+                        _serve(manager, engine, ids, settings.served_model_name, 16))
+                    await _wait_for(lambda: engine.stats()["active"] >= 1)
+                    # A pinned lease keeps version 2 loaded for the replay below, however soon the
+                    # long request ends: without it, a drained version 2 is unloaded once two newer
+                    # ones are loaded, and when that happens depends on the machine's speed.
+                    pinned = f"{settings.served_model_name}@v{manager.live.version_id}"
+                    pins.enter_context(manager.lease(pinned))
+                vid, name = await asyncio.to_thread(_add_version, session_factory, path)
+                published[vid] = name
+                await _wait_for(lambda vid=vid: manager.live.version_id == vid)  # type: ignore[misc]
+                await _wait_for(lambda vid=vid: any(r["version"] == vid for r in results))  # type: ignore[misc]
+            assert long_request is not None
+            long = await long_request
+            await manager.sync_now()
+            held_while_pinned = engine.loaded_adapters()
+            # replay the long request on its old version, pinned by name
+            old_vid = long["version"]
+            replay = await _serve(manager, engine, ids, f"{settings.served_model_name}@v{old_vid}", 16)
         stop.set()
         await asyncio.gather(*workers)
         await manager.sync_now()
         loaded = engine.loaded_adapters()
         await manager.stop()
         await engine.stop()
-        return {"long": long, "replay": replay, "loaded": loaded}
+        return {"long": long, "replay": replay, "loaded": loaded, "pinned": held_while_pinned}
 
     engine = EmbeddedEngine(model_path, device="cpu", dtype="float32", max_batch_size=8)
     manager = AdapterManager(engine, session_factory, settings)
@@ -124,6 +133,8 @@ def test_hot_swap_under_load(model_path: str, settings: Settings, session_factor
     assert out["long"]["version"] == vids[1]
     assert out["long"]["adapter"] == published[vids[1]]
     assert out["long"]["tokens"] == out["replay"]["tokens"] and len(out["long"]["tokens"]) == 16
+    # a held lease keeps its version loaded beyond keep_adapters; once released it is unloaded
+    assert published[vids[1]] in out["pinned"]
     # drained versions beyond keep_adapters were unloaded
     assert out["loaded"] == {published[vids[-1]], published[vids[-2]]}
     assert manager.swaps == 5
