@@ -4,7 +4,8 @@ m samples of `hint_prompt.txt`; a sample counts when its last boxed value is 1 a
 `[HINT_START]...[HINT_END]` span of at least `hint_min_chars`. The chosen hint is the longest valid
 one (OpenClaw-RL's rule) or the shortest (`hint_select`). With no valid hint, the user's own
 correcting words can serve (`hint_from_correction`), less their bare retry requests
-(`hint_drop_retry`, judges/retry.py).
+(`hint_drop_retry`, judges/retry.py) and, where they hold an instruction, less the complaint around
+it (`hint_instructions_only`, judges/instructions.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from core.settings import Settings
 from judges.client import JudgeClient
+from judges.instructions import instructions
 from judges.prm import VoteResult, parse_score, sample_votes
 from judges.prompts import JudgeInput, cut
 from judges.retry import RetryFilter
@@ -59,12 +61,14 @@ def hint_votes(client: JudgeClient, settings: Settings, inp: JudgeInput) -> list
 
 
 def correction_words(inp: JudgeInput, settings: Settings, retry: RetryFilter | None) -> str:
-    """The user's reply as it would serve as a hint: cut to size and, with a `retry` filter, without
-    the sentences that only ask for another attempt ("" when none can serve)."""
+    """The user's reply as it would serve as a hint: cut to size; with a `retry` filter, without the
+    sentences that only ask for another attempt ("" when none can serve); with
+    `hint_instructions_only`, its instruction sentences alone where it has any."""
     reply = cut((inp.user_reply or "").strip(), settings.judge_max_input_chars)
     if not (settings.hint_from_correction and reply):
         return ""
-    return retry.without_retries(reply) if retry is not None else reply
+    words = retry.without_retries(reply) if retry is not None else reply
+    return instructions(words) if settings.hint_instructions_only and words else words
 
 
 def choose_hint(votes: Sequence[VoteResult], correction: str, settings: Settings, *,

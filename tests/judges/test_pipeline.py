@@ -287,6 +287,22 @@ def test_a_correction_hint_leaves_out_the_request_to_try_again(
 
 
 @pytest.mark.slow
+def test_a_correction_hint_keeps_the_instruction_and_leaves_out_the_complaint(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    on = judge_settings.model_copy(update={"judge_reaction": True})
+    reply = "Way off, I can't use this in the report. Give me the total in euros. Try again."
+    outcome, turn = judge_reply(db, session_factory, client, on, reply)
+    assert (outcome.score, outcome.source, outcome.action) == (-1, "reaction", "hinted")
+    assert (turn.hint, turn.hint_source) == ("Give me the total in euros.", "correction")
+    assert judge_server.kinds() == []
+    whole = on.model_copy(update={"hint_instructions_only": False})
+    assert judge_reply(db, session_factory, client, whole, reply)[1].hint == \
+        "Way off, I can't use this in the report. Give me the total in euros."
+
+
+@pytest.mark.slow
 def test_a_correction_too_short_to_be_a_hint_still_asks_the_judge_for_one(
     db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
     judge_server: ScriptedJudge,

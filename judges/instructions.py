@@ -1,0 +1,69 @@
+"""The sentences of a user's correction that say what to do, for a hint taken from the correction.
+
+A correction usually pairs a complaint ("You buried the answer.") with an instruction ("Start with
+'In short,' and then the answer."). A hint is meant to be the instruction (OpenClaw-RL's judge is
+asked for what the reply should have done); the complaint is what the hinted teacher then answers
+instead: on the user's complaint "I only read the first line and it told me nothing." SmolLM2-135M
+writes "I'm sorry for your loss…". `instructions` keeps the instruction sentences and drops the
+rest. It reads English imperatives by their first word, after softeners like "please" or "just":
+a verb from `VERBS`, a negation ("Don't…", "No bullet points…"), "you should/need to/must…" or
+"I want/need…". A short instruction that points back ("Leave it out.") keeps the sentence before
+it, which names what "it" is. A correction with no instruction sentence is kept whole.
+"""
+
+from __future__ import annotations
+
+import re
+
+from judges.reaction import sentences
+
+# Verbs a person starts an instruction about a reply with. Not "try" (a retry request, handled by
+# judges/retry.py) or "let" ("Let me think."), which open too many other sentences.
+VERBS = frozenset((
+    "add", "answer", "ask", "avoid", "begin", "break", "call", "change", "check", "cite", "convert", "cut",
+    "delete", "describe", "drop", "end", "explain", "finish", "fix", "focus", "follow", "format", "give", "go",
+    "include", "keep", "lead", "leave", "limit", "list", "lose", "make", "mention", "move", "name", "number",
+    "open", "place", "put", "quote", "remove", "rename", "rephrase", "replace", "reply", "respond", "rewrite",
+    "say", "separate", "shorten", "show", "simplify", "skip", "split", "start", "state", "stay", "stick",
+    "stop", "summarise", "summarize", "swap", "switch", "tell", "trim", "turn", "use", "wrap", "write",
+))
+SOFTENERS = frozenset((
+    "please", "just", "and", "so", "now", "then", "ok", "okay", "also", "instead", "next", "time", "but", "rather",
+))
+NEGATIONS = ("don't ", "dont ", "do not ", "never ", "no ", "stop ", "always ", "make sure ")
+_MODAL = re.compile(r"^(you (should|must|need to|have to|'ll have to|will have to|ought to)"
+                    r"|i (need|want|'d like|would like|prefer)) ", re.I)
+_POINTS_BACK = re.compile(r"\b(it|that|this|them|those|these)\b", re.I)
+_WORD = re.compile(r"[a-z']+")
+SHORT_WORDS = 4  # "Leave it out." or "Cut that bit." points back; "Keep it under 25 words." does not
+
+
+def is_instruction(sentence: str) -> bool:
+    """Whether a sentence tells the assistant what to do."""
+    text = sentence.strip().lower().replace("’", "'")
+    if _MODAL.match(text) or any(text.startswith(n) for n in NEGATIONS):
+        return True
+    words = _WORD.findall(text)
+    while words and words[0] in SOFTENERS:
+        words = words[1:]
+    if words[:2] == ["do", "not"] or words[:1] == ["don't"]:
+        return True
+    return bool(words) and words[0] in VERBS
+
+
+def points_back(sentence: str) -> bool:
+    """A short instruction whose object is a pronoun, so it needs the sentence before it."""
+    return len(sentence.split()) <= SHORT_WORDS and bool(_POINTS_BACK.search(sentence))
+
+
+def instructions(text: str) -> str:
+    """The text's instruction sentences, each with the sentence before it if it points back; the
+    whole text when it has none."""
+    parts = sentences(text)
+    keep = [is_instruction(p) for p in parts]
+    if not any(keep):
+        return text.strip()
+    for i, part in enumerate(parts):
+        if keep[i] and i > 0 and points_back(part):
+            keep[i - 1] = True
+    return " ".join(p for p, k in zip(parts, keep, strict=True) if k)

@@ -1,0 +1,67 @@
+"""Instruction sentences kept from a correction hint (judges/instructions.py).
+
+The tables were written apart from the benchmark's simulated users (bench/learn/users.py), whose
+corrections are what the change was measured on (scripts/screen_hints.py); the first test checks
+that none of them appears here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.learn import users
+from judges.instructions import instructions, is_instruction
+
+INSTRUCTIONS = [
+    "Give me the total in euros.", "Please answer in French.", "Just say yes or no.",
+    "Use metric units.", "Put the date first.", "Don't apologise.", "Do not repeat the question.",
+    "No emojis, please.", "Never guess a file name.", "You should read the error message first.",
+    "You need to quote the line number.", "I want the code without comments.", "Keep it to one line.",
+    "Then explain the second step.", "Stop adding a summary at the end.", "Write the test before the fix.",
+    "Next time lead with the price.", "Always include the units.", "Make sure the JSON is valid.",
+    "Cut it.",
+]
+COMPLAINTS = [
+    "Way off, I can't use this in the report.", "That is wrong.", "This is not what I asked for.",
+    "Why is everything in capitals?", "The function still crashes on empty input.", "Nope.",
+    "No, wrong.", "You missed the point.", "I asked about Tuesday.", "Too formal.",
+    "It reads like a press release.", "Where did the numbers come from?", "Hmm, not quite.",
+    "Thanks, but that's not it.", "The tool returned an error.",
+]
+
+
+def test_the_tables_are_not_the_simulators_phrasings() -> None:
+    simulated = {c for group in users.CORRECTIONS.values() for c in group}
+    simulated |= {*users.BOTTOM_LINE, *users.TOOL_FAILED, *users.TOOL_MISSING, *users.BRIEF_TOO_LONG,
+                  *users.TEACHER_TOO_LONG}
+    written = INSTRUCTIONS + COMPLAINTS
+    assert not any(s in c for s in written for c in simulated)
+
+
+@pytest.mark.parametrize("sentence", INSTRUCTIONS)
+def test_instructions_are_read_as_such(sentence: str) -> None:
+    assert is_instruction(sentence)
+
+
+@pytest.mark.parametrize("sentence", COMPLAINTS)
+def test_complaints_are_not_instructions(sentence: str) -> None:
+    assert not is_instruction(sentence)
+
+
+@pytest.mark.parametrize(("correction", "kept"), [
+    # the complaint goes, the instruction stays
+    ("Way off, I can't use this in the report. Give me the total in euros.", "Give me the total in euros."),
+    ("Why is everything in capitals? Write it in normal case.", "Write it in normal case."),
+    ("That is wrong. Use metric units. Don't round the result.", "Use metric units. Don't round the result."),
+    # a short instruction that points back keeps what it points at
+    ("The signature at the bottom looks odd. Remove it.", "The signature at the bottom looks odd. Remove it."),
+    ("Too many exclamation marks in that one. Please cut them.",
+     "Too many exclamation marks in that one. Please cut them."),
+    # nothing to keep apart: the correction stays whole
+    ("That is wrong, the function still crashes on empty input.",
+     "That is wrong, the function still crashes on empty input."),
+    ("Too formal. It reads like a press release.", "Too formal. It reads like a press release."),
+    ("", ""),
+])
+def test_a_correction_keeps_its_instructions(correction: str, kept: str) -> None:
+    assert instructions(correction) == kept
