@@ -1,14 +1,18 @@
 """Screen what the hinted teacher writes when its hint is a user's correction: the hint's wording,
 whether a retry request rides along, and where the hint is put.
 
-    python scripts/screen_hints.py [USER]      (default: bottomline; about 35 s a row on 2 cores)
+    python scripts/screen_hints.py [USER] [--framing F]   (default: bottomline, every framing;
+                                                          about 35 s a row on 2 cores)
 
 Training prompts only (every second of the user's pool: 20), greedy, 64 new tokens, in-process on
 the CPU. Rows: the user's rule in words (the ceiling); each of the user's correction phrasings, the
 hint learnproxy gets from a correcting reply; the same with one of the simulator's retry requests
-after it ("Try again."), which judges/retry.py now leaves out. Framings: `suffix` is the learner's
+after it ("Try again."), which judges/retry.py now leaves out; and (suffix framing) the correction's
+instruction sentences alone, what judges/instructions.py keeps of it. Framings: `suffix` is the learner's
 (learner.samples.teacher_messages, OpenClaw-RL's); `system` and `prefix` are the alternatives tried
-here. Columns: how often the teacher meets the rule, how often it apologises, its mean length.
+here. Columns: how often the teacher meets the rule, how often it meets it on a reply that also
+passes the benchmark's quality guard (what the held-out metric counts), how often it apologises,
+its mean length.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.learn.quality import QualityGuard  # noqa: E402
 from bench.learn.users import REDO, all_users  # noqa: E402
+from judges.instructions import instructions  # noqa: E402
 from learner.samples import teacher_messages  # noqa: E402
 
 APOLOGY = re.compile(r"\b(sorry|apologi[sz]e|apologies|my mistake)\b", re.I)
@@ -43,7 +49,7 @@ FRAMINGS: dict[str, Callable[[str, str], Chat]] = {
 }
 
 
-def main(user_name: str) -> None:
+def main(user_name: str, framings: list[str]) -> None:
     import torch
 
     from core.modelload import load_model, load_tokenizer, resolve_model_path
@@ -58,6 +64,7 @@ def main(user_name: str) -> None:
     check = user.check
     assert check is not None, "a user with a text rule"
     prompts = [p.text for p in user.train[::2]]
+    guard = QualityGuard()
     corrections = [c for options in user.corrections.values() for c in options]
 
     def generate(chats: list[Chat]) -> list[str]:
@@ -74,23 +81,35 @@ def main(user_name: str) -> None:
         started = time.monotonic()
         replies = generate([FRAMINGS[framing](p, hint) for p in prompts])
         met = sum(not check(r) for r in replies) / len(replies)
+        passed = [g.passed for g in guard.check_many(list(zip(prompts, replies, strict=True)))]
+        met_guarded = sum(p and not check(r) for p, r in zip(passed, replies, strict=True)) / len(replies)
         sorry = sum(bool(APOLOGY.search(r)) for r in replies) / len(replies)
         words = sum(len(r.split()) for r in replies) / len(replies)
-        print(f"| {framing} | {label} | {met:.2f} | {sorry:.2f} | {words:.0f} |"
+        print(f"| {framing} | {label} | {met:.2f} | {met_guarded:.2f} | {sorry:.2f} | {words:.0f} |"
               f"  <!-- {time.monotonic() - started:.0f} s -->", flush=True)
 
     base = generate([[{"role": "user", "content": p}] for p in prompts])
     print(f"{user.name}: {len(prompts)} training prompts; rule met by the base: "
           f"{sum(not check(r) for r in base) / len(base):.2f}")
-    print("| framing | hint | rule met | apologises | words |\n|---|---|---|---|---|")
-    for framing in FRAMINGS:
+    print("| framing | hint | rule met | rule met, guard passed | apologises | words |\n|---|---|---|---|---|---|")
+    for framing in framings:
         row(framing, user.hint, f"the rule in words: {user.hint}")
         for i, correction in enumerate(corrections):
             row(framing, correction, f"correction {i + 1}: {correction}")
             if framing == "suffix":
                 retry = f"{correction} {REDO[i % len(REDO)]}"
                 row(framing, retry, f"correction {i + 1} + retry request: {retry}")
+                said = instructions(correction)
+                if said != correction:
+                    row(framing, said, f"correction {i + 1}, its instructions alone: {said}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "bottomline")
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("user", nargs="?", default="bottomline")
+    parser.add_argument("--framing", choices=list(FRAMINGS), action="append",
+                        help="only this framing (repeatable); default: all")
+    args = parser.parse_args()
+    main(args.user, args.framing or list(FRAMINGS))
