@@ -1,0 +1,75 @@
+"""What a benchmark run's learner actually learned from teacher rollouts, read from the run's DB.
+
+    python scripts/learned_rollouts.py RUN.db [--user bottomline] [--marker "in short"]
+    (RUN.db: a run's learnproxy.db, left by `learnproxy bench learn --keep DIR` under DIR/<run>/)
+
+Each trained turn's `advantage` note lists the rollouts the hinted teacher wrote for it, with the
+screen's verdict and whether the learner learned it. This counts them for every hinted main turn,
+apart for hints that state the rule (they contain `--marker`) and for the other complaints, and for
+first turns against redo turns: rollouts written, learned, learned and meeting the user's rule on a
+reply that passes the quality guard, learned and off topic. Unlike scripts/rollout_probe.py it
+generates nothing: these are the rollouts of the run itself, at the student of their own batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scripts.rollout_probe import current_question  # noqa: E402
+
+KEYS = ("learned", "learned, meet the rule", "learned, off topic")
+
+
+def main(db: Path, user_name: str, marker: str) -> None:
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from bench.learn.quality import QualityGuard
+    from bench.learn.users import all_users
+    from core.models import Turn
+    from core.turns import view_of
+
+    user, guard = all_users()[user_name], QualityGuard()
+    assert user.check is not None
+    counts: Counter[tuple[str, str, str]] = Counter()
+    hints: Counter[tuple[str, str]] = Counter()
+    with Session(create_engine(f"sqlite:///file:{db}?mode=ro&uri=true")) as s:
+        for turn in s.scalars(select(Turn).where(Turn.hint.is_not(None), Turn.turn_type == "main")):
+            kind = "states the rule" if marker in turn.hint.lower() else "other complaint"
+            when = "first turn" if turn.turn_index == 0 else "redo turn"
+            hints[(kind, when)] += 1
+            notes = (turn.advantage or {}).get("rollouts", [])
+            if not notes:
+                continue
+            question = current_question(view_of(s, turn).messages, [q.text for q in user.train])
+            for note in notes:
+                passed = guard.check(question, note["text"]).passed
+                met = passed and not user.check(note["text"])
+                learned = bool(note.get("learned"))
+                for key, on in (("written", True), ("learned", learned), (KEYS[1], learned and met),
+                                (KEYS[2], learned and not passed)):
+                    counts[(kind, when, key)] += on
+                print(f"{turn.id:>4} {when:<10} {kind:<15} learned={learned!s:<5} met={met!s:<5} "
+                      f"hint={turn.hint[:50]!r} {note['text'][:70]!r}", file=sys.stderr)
+    print("| hint | turn | hinted turns | rollouts written | " + " | ".join(KEYS) + " |")
+    print("|---|---|---|---|" + "---|" * len(KEYS))
+    for kind in ("states the rule", "other complaint"):
+        for when in ("first turn", "redo turn"):
+            if hints[(kind, when)]:
+                cells = [str(counts[(kind, when, k)]) for k in ("written", *KEYS)]
+                print(f"| {kind} | {when} | {hints[(kind, when)]} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("db", type=Path)
+    p.add_argument("--user", default="bottomline")
+    p.add_argument("--marker", default="in short", help="a hint that contains this (lowercase) states the rule")
+    a = p.parse_args()
+    main(a.db, a.user, a.marker)
