@@ -133,7 +133,7 @@ class Turn(Base):
     judge_status: Mapped[str | None] = mapped_column(String(16))  # ok, unparsed, error
     judged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     hint: Mapped[str | None] = mapped_column(Text)
-    hint_source: Mapped[str | None] = mapped_column(String(16))  # judge, correction, label
+    hint_source: Mapped[str | None] = mapped_column(String(16))  # judge, instruction, correction, label
 
     # training
     trained_version_id: Mapped[int | None] = mapped_column(ForeignKey("adapter_versions.id"))

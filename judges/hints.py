@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from core.settings import Settings
 from judges.client import JudgeClient
-from judges.instructions import instructions
+from judges.instructions import has_instruction, instructions
 from judges.prm import VoteResult, parse_score, sample_votes
 from judges.prompts import JudgeInput, cut
 from judges.retry import RetryFilter
@@ -28,7 +28,7 @@ _HINT = re.compile(r"\[HINT_START\](.*?)\[HINT_END\]", re.DOTALL)
 @dataclass(frozen=True)
 class HintChoice:
     hint: str | None
-    source: str | None  # judge or correction
+    source: str | None  # judge; instruction (a correction that says what to do); correction (a complaint)
 
 
 def parse_hint(raw: str, min_chars: int) -> str | None:
@@ -74,10 +74,11 @@ def correction_words(inp: JudgeInput, settings: Settings, retry: RetryFilter | N
 def choose_hint(votes: Sequence[VoteResult], correction: str, settings: Settings, *,
                 reply_may_correct: bool = True) -> HintChoice:
     """The judge's hint; failing that, the user's `correction_words`, unless the reply reads as
-    approval or too little of it is left."""
+    approval or too little of it is left. A correction that says what to do is marked
+    `instruction`, a bare complaint `correction` (the learner may write no rollouts for those)."""
     hint = select_hint([v.hint for v in votes], settings.hint_select, settings.hint_min_chars)
     if hint is not None:
         return HintChoice(hint, "judge")
     if reply_may_correct and len(correction) >= settings.hint_min_chars:
-        return HintChoice(correction, "correction")
+        return HintChoice(correction, "instruction" if has_instruction(correction) else "correction")
     return HintChoice(None, None)

@@ -51,6 +51,11 @@ def is_instruction(sentence: str) -> bool:
     return bool(words) and words[0] in VERBS
 
 
+def has_instruction(text: str) -> bool:
+    """Whether any sentence of the text tells the assistant what to do."""
+    return any(is_instruction(p) for p in sentences(text))
+
+
 def points_back(sentence: str) -> bool:
     """A short instruction whose object is a pronoun, so it needs the sentence before it."""
     return len(sentence.split()) <= SHORT_WORDS and bool(_POINTS_BACK.search(sentence))

@@ -58,6 +58,10 @@ class TrainConfig:
         0, "Replies the hinted teacher writes per hinted turn, learned by the student without the hint "
         "(context distillation; reaches behaviour the student never samples). 0: none.")
     rollout_temperature: float = _f(0.0, "Teacher sampling temperature for rollouts; 0 is greedy.")
+    rollout_complaints: bool = _f(
+        True, "Also write rollouts for hints that only say what was wrong (the user's complaint, hint "
+        "source `correction`), not what to do. In the benchmark's bottomline runs SmolLM2-135M's "
+        "rollouts for those never met the user's rule, and the ones the screen kept were off topic.")
     rollout_max_tokens: int = _f(256, "Token budget of a rollout (and at most the turn's own max_new_tokens).")
     w_rollout: float = _f(1.0, "Weight of the rollout loss (mean over rollout tokens).")
     rollout_min_gain: float = _f(

@@ -38,7 +38,9 @@ import torch
 
 from learner.logprobs import pack, token_stats
 
-WORD = re.compile(r"[a-z0-9']+")
+# A word keeps its inner apostrophes ("doesn't") but not the quotes around it: a hint that quotes
+# 'In short,' must share trigrams with a rollout that writes In short, unquoted.
+WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
 
 
 @torch.no_grad()
@@ -84,7 +86,7 @@ def generate(
 
 
 def trigrams(text: str) -> set[tuple[str, ...]]:
-    words = WORD.findall(text.lower())
+    words = WORD.findall(text.lower().replace("’", "'"))
     return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
 
 

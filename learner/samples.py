@@ -39,6 +39,9 @@ class Sample:
     messages: list[dict[str, Any]] = field(repr=False)
     tools: list[dict[str, Any]] | None = field(repr=False, default=None)
     source: str = "judge"  # judge or label
+    # where the hint came from: judge (hint votes), instruction (the user's correction, saying what
+    # to do), correction (the user's complaint, saying only what was wrong) or label (a human)
+    hint_source: str | None = None
     max_new_tokens: int | None = None  # the token budget the turn was served with
 
     @property
@@ -84,14 +87,16 @@ def staleness(version_ids: list[int], served_by: int | None) -> int:
     return len(version_ids) - bisect.bisect_right(version_ids, served_by or 0)
 
 
-def _judgement(session: Session, turn: Turn, labels_override: bool) -> tuple[int, str | None, str]:
-    score, hint, source = turn.score or 0, turn.hint, "judge"
+def _judgement(session: Session, turn: Turn, labels_override: bool) -> tuple[int, str | None, str, str | None]:
+    """(score, hint, who scored it, where the hint came from)."""
+    score, hint, source, hint_source = turn.score or 0, turn.hint, "judge", turn.hint_source
     if labels_override:
         label = latest_label(session, turn.id)
         if label is not None:
             score, source = label.value, "label"
-            hint = label.hint or hint  # a label without a hint keeps the judge's hint
-    return score, hint, source
+            if label.hint:  # a label without a hint keeps the judge's hint
+                hint, hint_source = label.hint, "label"
+    return score, hint, source, hint_source
 
 
 def _wanted(method: str, score: int, hint: str | None) -> bool:
@@ -136,7 +141,7 @@ def _consider(
         turn.advantage = {"dropped": "stale", "staleness": age}
         out.n_stale += 1
         return
-    score, hint, source = _judgement(session, turn, settings.labels_override)
+    score, hint, source, hint_source = _judgement(session, turn, settings.labels_override)
     if not _wanted(config.method, score, hint):  # decided before loading any token blobs
         out.n_unusable += 1
         return
@@ -160,6 +165,7 @@ def _consider(
             messages=view.messages,
             tools=view.tools,
             source=source,
+            hint_source=hint_source if config.method != "rl" else None,
             max_new_tokens=(turn.params or {}).get("max_new_tokens"),
         )
     )

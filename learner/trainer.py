@@ -8,7 +8,8 @@ The method (one batch):
     at every response position, which can raise tokens the student never sampled.
   - Teacher rollouts (`rollouts` > 0): the hinted teacher also writes its own reply to each hinted
     prompt, and the student learns it with the hint removed (sequence-level distillation, see
-    `learner.rollouts`). This reaches behaviour the student never samples. With `rollout_replay`,
+    `learner.rollouts`). This reaches behaviour the student never samples. With
+    `rollout_complaints` off, hints that only complain (no instruction) get no rollout. With `rollout_replay`,
     the most recently learned rollouts (token ids kept in their turns' advantage notes) are learned
     again with each later batch.
   - Loss: token-level clipped surrogate with ratio pi_theta / pi_behavior, pi_behavior being the
@@ -214,6 +215,10 @@ class Learner:
     def _rollouts(self, samples: list[Sample], hinted: list[int], out: BatchTargets) -> None:
         """Let the hinted teacher answer each hinted prompt itself; keep the replies worth learning."""
         cfg = self.config
+        if not cfg.rollout_complaints:  # a bare complaint mostly gets said back by a small teacher
+            hinted = [i for i in hinted if samples[i].hint_source != "correction"]
+        if not hinted:
+            return
         order = [i for i in hinted for _ in range(cfg.rollouts)]
         teacher_prompts = [teacher_prompt_ids(self.tokenizer, samples[i]) for i in order]
         budgets = [min(cfg.rollout_max_tokens, samples[i].max_new_tokens or cfg.rollout_max_tokens) for i in order]
@@ -332,7 +337,8 @@ def _summaries(samples: list[Sample], t: BatchTargets) -> list[dict[str, Any]]:
     out = []
     for s, r, o, n, written in zip(samples, rl, opd, rollout_tokens, notes, strict=True):
         row = {"rl": round(float(r.mean()), 4), "opd": round(float(o.mean()), 4), "n_tokens": len(s.response_ids),
-               "score": s.score, "hinted": s.is_opd, "source": s.source, "rollout_tokens": n}
+               "score": s.score, "hinted": s.is_opd, "source": s.source, "hint_source": s.hint_source,
+               "rollout_tokens": n}
         if written:  # what the hinted teacher wrote, so a reviewer sees what the student was (not) taught
             row["rollouts"] = written
         out.append(row)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from bench.learn import users
-from judges.instructions import instructions, is_instruction
+from judges.instructions import has_instruction, instructions, is_instruction
 
 INSTRUCTIONS = [
     "Give me the total in euros.", "Please answer in French.", "Just say yes or no.",
@@ -65,3 +65,11 @@ def test_complaints_are_not_instructions(sentence: str) -> None:
 ])
 def test_a_correction_keeps_its_instructions(correction: str, kept: str) -> None:
     assert instructions(correction) == kept
+
+
+def test_a_bare_complaint_has_no_instruction() -> None:
+    assert has_instruction("Way off, I can't use this in the report. Give me the total in euros.")
+    assert has_instruction("The signature at the bottom looks odd. Remove it.")
+    assert not has_instruction("Too formal. It reads like a press release.")
+    assert not has_instruction("That is wrong, the function still crashes on empty input.")
+    assert not has_instruction("")

@@ -256,7 +256,7 @@ def test_a_confident_correction_is_its_own_hint_and_costs_no_hint_votes(
     reply = "That is wrong, the function still crashes on empty input. Fix it."
     outcome, turn = judge_reply(db, session_factory, client, on, reply)
     assert (outcome.score, outcome.source, outcome.action) == (-1, "reaction", "hinted")
-    assert (turn.hint, turn.hint_source) == (reply, "correction")
+    assert (turn.hint, turn.hint_source) == (reply, "instruction")  # it says what to do: "Fix it."
     assert judge_server.kinds() == []  # neither PRM nor hint votes were asked for
     # the judge can still be asked to rephrase corrections into hints
     judge_server.hint = [HINT]
@@ -295,7 +295,7 @@ def test_a_correction_hint_keeps_the_instruction_and_leaves_out_the_complaint(
     reply = "Way off, I can't use this in the report. Give me the total in euros. Try again."
     outcome, turn = judge_reply(db, session_factory, client, on, reply)
     assert (outcome.score, outcome.source, outcome.action) == (-1, "reaction", "hinted")
-    assert (turn.hint, turn.hint_source) == ("Give me the total in euros.", "correction")
+    assert (turn.hint, turn.hint_source) == ("Give me the total in euros.", "instruction")
     assert judge_server.kinds() == []
     whole = on.model_copy(update={"hint_instructions_only": False})
     assert judge_reply(db, session_factory, client, whole, reply)[1].hint == \

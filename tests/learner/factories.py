@@ -51,6 +51,7 @@ class TurnMaker:
         *,
         score: int | None = None,
         hint: str | None = None,
+        hint_source: str | None = None,  # default: judge, for a hinted turn
         status: str | None = None,
         served_by: int | None = None,
         messages: list[dict[str, Any]] | None = None,
@@ -73,7 +74,7 @@ class TurnMaker:
             response_token_ids=pack_ids(response), n_response_tokens=len(response),
             response_logprobs=pack_floats(self.logprobs(prompt, response)),
             score=score, score_source="votes" if score is not None else None, hint=hint,
-            hint_source="judge" if hint else None,
+            hint_source=hint_source or ("judge" if hint else None),
             status=status or (TurnStatus.hinted if hint else TurnStatus.judged),
         )
         session.add(turn)

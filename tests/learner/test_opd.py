@@ -164,6 +164,26 @@ def test_best_of_sampled_rollouts_learns_only_the_one_the_hint_made_likeliest(
     assert learned_somewhere
 
 
+def test_with_rollout_complaints_off_a_bare_complaint_gets_no_rollout_but_still_distils(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
+) -> None:
+    for k, (user, reply, hint) in enumerate(HINTED):
+        maker.add(db, user, reply, score=0, hint=hint, hint_source="correction" if k % 2 else "instruction")
+    db.commit()
+    config = TrainConfig.from_settings(
+        settings, method="opd", teacher="base", steps_per_batch=1, batch_size=len(HINTED), opd_mode="token",
+        rollouts=1, rollout_max_tokens=8, rollout_min_gain=-100.0, rollout_complaints=False)
+    version = run_train_step(session_factory, settings, config=config)
+    assert version is not None and version.metrics["n_opd"] == len(HINTED)  # every hint is distilled
+    db.expire_all()
+    for turn in db.scalars(select(Turn).order_by(Turn.id)):
+        assert turn.advantage["hint_source"] == turn.hint_source
+        if turn.hint_source == "correction":
+            assert "rollouts" not in turn.advantage and turn.advantage["rollout_tokens"] == 0
+        else:
+            assert len(turn.advantage["rollouts"]) == 1 and turn.advantage["rollout_tokens"] > 0
+
+
 def test_rollouts_learned_in_a_batch_are_replayed_in_the_next(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:

@@ -22,6 +22,9 @@ DEFAULTS = {"min_gain": 0.0, "max_echo": 0.8, "max_copy": 0.5}
     # an earlier reply of the conversation, again
     ("In short, and then the answer.\n\nIn short, and then the answer.", "That doesn't answer my question at all.",
      ["In short, and then the answer."], False),
+    # the quoted instruction said back around the opener it asks for
+    ("In short, start with \"In short,\" and then the answer.", "Start with 'In short,' and then the answer.", [],
+     False),
     # what the hint asks for, in the teacher's own words
     ("In short, you should not.", "You buried the answer. Start with 'In short,' and then the answer.", [], True),
     # a hint that holds the answer may be quoted in part
@@ -43,6 +46,9 @@ def test_share_in_counts_word_trigrams() -> None:
     assert share_in("the sky is blue", "the sky was blue") == 0.0
     assert share_in("two words", "two words") == 0.0  # under three words: nothing to compare
     assert share_in("a b c d", "x a b c") == 0.5
+    # quotes are not part of a word, inner apostrophes are
+    assert share_in("Start with 'In short,' now", 'start with "In short," now') == 1.0
+    assert share_in("it doesn't work", "It doesn’t work") == 1.0
 
 
 def test_pick_best_takes_the_kept_rollout_with_the_highest_gain() -> None:

@@ -61,8 +61,8 @@ def test_human_label_overrides_judge(settings: Settings, db: Session, maker: Tur
     maker.label(db, unjudged, 1)
     got = collect_samples(db, cfg, TrainConfig(batch_size=10))
     if override:
-        assert [(s.turn_id, s.score, s.hint, s.source) for s in got.samples] == [
-            (judged.id, -1, "answer in French please", "label"), (unjudged.id, 1, None, "label")]
+        assert [(s.turn_id, s.score, s.hint, s.source, s.hint_source) for s in got.samples] == [
+            (judged.id, -1, "answer in French please", "label", "label"), (unjudged.id, 1, None, "label", None)]
         assert got.n_labelled == 2
     else:
         assert [(s.turn_id, s.score, s.hint, s.source) for s in got.samples] == [(judged.id, 1, None, "judge")]
