@@ -1,21 +1,22 @@
-"""The sentences of a user's correction that say what to do, for a hint taken from the correction.
+"""What a user's correction says to do, for a hint taken from the correction.
 
 A correction usually pairs a complaint ("You buried the answer.") with an instruction ("Start with
 'In short,' and then the answer."). A hint is meant to be the instruction (OpenClaw-RL's judge is
 asked for what the reply should have done); the complaint is what the hinted teacher then answers
 instead: on the user's complaint "I only read the first line and it told me nothing." SmolLM2-135M
-writes "I'm sorry for your loss…". `instructions` keeps the instruction sentences and drops the
-rest. It reads English imperatives by their first word, after softeners like "please" or "just":
-a verb from `VERBS`, a negation ("Don't…", "No bullet points…"), "you should/need to/must…" or
-"I want/need…". A short instruction that points back ("Leave it out.") keeps the sentence before
-it, which names what "it" is. A correction with no instruction sentence is kept whole.
+writes "I'm sorry for your loss…". `instructions` drops the complaint before the first instruction
+and keeps the rest as written. It reads English imperatives by their first word, after softeners
+like "please" or "just": a verb from `VERBS`, a negation ("Don't…", "No bullet points…"), "you
+should/need to/must…" or "I want/need…". A short instruction that points back ("Leave it out.")
+keeps the sentence before it, which names what "it" is. A correction with no instruction sentence
+is kept whole.
 """
 
 from __future__ import annotations
 
 import re
 
-from judges.reaction import sentences
+from judges.reaction import sentences, without_sentences
 
 # Verbs a person starts an instruction about a reply with. Not "try" (a retry request, handled by
 # judges/retry.py) or "let" ("Let me think."), which open too many other sentences.
@@ -57,18 +58,20 @@ def has_instruction(text: str) -> bool:
 
 
 def points_back(sentence: str) -> bool:
-    """A short instruction whose object is a pronoun, so it needs the sentence before it."""
-    return len(sentence.split()) <= SHORT_WORDS and bool(_POINTS_BACK.search(sentence))
+    """A short instruction whose object is a pronoun, so it needs the sentence before it ("Use this
+    instead:" points at what follows)."""
+    short = len(sentence.split()) <= SHORT_WORDS and not sentence.rstrip().endswith(":")
+    return short and bool(_POINTS_BACK.search(sentence))
 
 
 def instructions(text: str) -> str:
-    """The text's instruction sentences, each with the sentence before it if it points back; the
-    whole text when it has none."""
+    """The text from its first instruction sentence on (from the sentence before, if that one points
+    back), as written: what follows an instruction (details, an example, code) belongs to it. The
+    whole text when it has no instruction."""
     parts = sentences(text)
-    keep = [is_instruction(p) for p in parts]
-    if not any(keep):
+    first = next((i for i, p in enumerate(parts) if is_instruction(p)), None)
+    if first is None:
         return text.strip()
-    for i, part in enumerate(parts):
-        if keep[i] and i > 0 and points_back(part):
-            keep[i - 1] = True
-    return " ".join(p for p, k in zip(parts, keep, strict=True) if k)
+    if first > 0 and points_back(parts[first]):
+        first -= 1
+    return without_sentences(text, parts, [i < first for i in range(len(parts))])

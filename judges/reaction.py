@@ -52,6 +52,23 @@ def sentences(text: str) -> list[str]:
     return [p for p in parts if p]
 
 
+def without_sentences(text: str, parts: list[str], drop: list[bool]) -> str:
+    """`text` less the `parts` (its `sentences`, in order) marked in `drop`, with everything else,
+    line breaks and code included, kept as written."""
+    out, pos = "", 0
+    for part, gone in zip(parts, drop, strict=True):
+        start = text.index(part, pos)
+        if not gone:
+            continue
+        out += text[pos:start]
+        pos = start + len(part)
+        while pos < len(text) and text[pos] in " \t":  # the space that followed it
+            pos += 1
+        if text[pos:pos + 1] == "\n" and (not out or out.endswith("\n")):  # or its line break
+            pos += 1
+    return (out + text[pos:]).strip()
+
+
 def leading_sentences(text: str, limit: int = MAX_SENTENCES) -> list[str]:
     """The first sentences of a reply."""
     return sentences(text[:MAX_REPLY_CHARS])[:limit]

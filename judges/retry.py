@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from judges.reaction import sentences
+from judges.reaction import sentences, without_sentences
 
 RETRY_FILE = Path(__file__).resolve().parent / "data" / "retry_requests.txt"
 # tests/judges/test_retry.py holds 7 retry requests written apart from the shipped list, each at
@@ -47,6 +47,6 @@ class RetryFilter:
         return [bool(row.max() >= self.threshold) for row in similarity]
 
     def without_retries(self, text: str) -> str:
-        """The text without its retry sentences ("" when it held nothing else)."""
+        """The text without its retry sentences, the rest as written ("" when it held nothing else)."""
         parts = sentences(text)
-        return " ".join(p for p, retry in zip(parts, self.is_retry(parts), strict=True) if not retry)
+        return without_sentences(text, parts, self.is_retry(parts))

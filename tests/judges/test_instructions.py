@@ -62,6 +62,10 @@ def test_complaints_are_not_instructions(sentence: str) -> None:
      "That is wrong, the function still crashes on empty input."),
     ("Too formal. It reads like a press release.", "Too formal. It reads like a press release."),
     ("", ""),
+    # what follows the first instruction stays, as written: details, code, a later complaint
+    ("No, that crashes.\nUse this instead:\n```python\ndef f(x):\n    return x or 0\n```\nThanks.",
+     "Use this instead:\n```python\ndef f(x):\n    return x or 0\n```\nThanks."),
+    ("Use metric units. That is wrong.", "Use metric units. That is wrong."),
 ])
 def test_a_correction_keeps_its_instructions(correction: str, kept: str) -> None:
     assert instructions(correction) == kept

@@ -50,4 +50,8 @@ def test_strip_keeps_the_correction_and_drops_the_request(retry: RetryFilter) ->
     assert retry.without_retries(f"{said} Try again.") == said
     assert retry.without_retries("Can you redo it?\nPlease rewrite it.") == ""
     assert retry.without_retries("Too long.\nGive it another go.") == "Too long."
+    # the rest keeps its line breaks and indentation (code in a correction is the hint's substance)
+    code = "Still wrong. Call it like this:\n    f(1, 2)\n\nthen check the result."
+    assert retry.without_retries(f"{code}\nPlease try again.") == code
+    assert retry.without_retries(f"Please try again.\n{code}") == code
     assert retry.without_retries("") == "" and retry.is_retry([]) == []
