@@ -79,9 +79,9 @@ class Settings(BaseSettings):
         default=True, description="Leave bare retry requests ('Try again.') out of a hint taken from the user's "
         "correction: they tell the teacher nothing and it answers them instead of the task.")
     hint_instructions_only: bool = Field(
-        default=True, description="Of a correction that serves as the hint, keep the sentences that say what to "
-        "do ('Start with ...') and leave out the complaint ('You buried the answer.'), which the teacher "
-        "answers instead; a correction with no such sentence is kept whole.")
+        default=True, description="Of a correction that serves as the hint, leave out the complaint ('You "
+        "buried the answer.') before the first sentence that says what to do ('Start with ...'): the "
+        "teacher answers the complaint instead. A correction with no such sentence is kept whole.")
     hint_votes_on_correction: bool = Field(
         default=False, description="Ask the LLM for hints even when the reply is a confident correction "
         "(default: the correction itself is the hint, and no hint votes are spent).")

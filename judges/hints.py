@@ -4,7 +4,7 @@ m samples of `hint_prompt.txt`; a sample counts when its last boxed value is 1 a
 `[HINT_START]...[HINT_END]` span of at least `hint_min_chars`. The chosen hint is the longest valid
 one (OpenClaw-RL's rule) or the shortest (`hint_select`). With no valid hint, the user's own
 correcting words can serve (`hint_from_correction`), less their bare retry requests
-(`hint_drop_retry`, judges/retry.py) and, where they hold an instruction, less the complaint around
+(`hint_drop_retry`, judges/retry.py) and, where they hold an instruction, less the complaint before
 it (`hint_instructions_only`, judges/instructions.py).
 """
 
@@ -63,7 +63,7 @@ def hint_votes(client: JudgeClient, settings: Settings, inp: JudgeInput) -> list
 def correction_words(inp: JudgeInput, settings: Settings, retry: RetryFilter | None) -> str:
     """The user's reply as it would serve as a hint: cut to size; with a `retry` filter, without the
     sentences that only ask for another attempt ("" when none can serve); with
-    `hint_instructions_only`, its instruction sentences alone where it has any."""
+    `hint_instructions_only`, from its first instruction sentence on where it has one."""
     reply = cut((inp.user_reply or "").strip(), settings.judge_max_input_chars)
     if not (settings.hint_from_correction and reply):
         return ""
