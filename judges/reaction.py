@@ -57,11 +57,12 @@ def without_sentences(text: str, parts: list[str], drop: list[bool]) -> str:
     line breaks and code included, kept as written."""
     out, pos = "", 0
     for part, gone in zip(parts, drop, strict=True):
-        start = text.index(part, pos)
+        start = text.index(part, pos)  # after the part before it: repeated sentences stay apart
+        end = start + len(part)
         if not gone:
+            out, pos = out + text[pos:end], end
             continue
-        out += text[pos:start]
-        pos = start + len(part)
+        out, pos = out + text[pos:start], end
         while pos < len(text) and text[pos] in " \t":  # the space that followed it
             pos += 1
         if text[pos:pos + 1] == "\n" and (not out or out.endswith("\n")):  # or its line break

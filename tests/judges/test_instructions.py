@@ -11,6 +11,7 @@ import pytest
 
 from bench.learn import users
 from judges.instructions import has_instruction, instructions, is_instruction
+from judges.reaction import sentences, without_sentences
 
 INSTRUCTIONS = [
     "Give me the total in euros.", "Please answer in French.", "Just say yes or no.",
@@ -69,6 +70,13 @@ def test_complaints_are_not_instructions(sentence: str) -> None:
 ])
 def test_a_correction_keeps_its_instructions(correction: str, kept: str) -> None:
     assert instructions(correction) == kept
+
+
+def test_a_dropped_sentence_goes_where_it_stands_not_where_its_words_first_occur() -> None:
+    text = "Do not say Try again.\nTry again.\nThen stop."
+    parts = sentences(text)
+    assert without_sentences(text, parts, [p == "Try again." for p in parts]) == "Do not say Try again.\nThen stop."
+    assert without_sentences(text, parts, [True, False, False]) == "Try again.\nThen stop."
 
 
 def test_a_bare_complaint_has_no_instruction() -> None:
