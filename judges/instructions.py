@@ -31,7 +31,7 @@ VERBS = frozenset((
 SOFTENERS = frozenset((
     "please", "just", "and", "so", "now", "then", "ok", "okay", "also", "instead", "next", "time", "but", "rather",
 ))
-NEGATIONS = ("don't ", "dont ", "do not ", "never ", "no ", "stop ", "always ", "make sure ")
+NEGATIONS = ("don't ", "dont ", "do not ", "never ", "no ", "always ")  # "stop", "make sure": VERBS
 _MODAL = re.compile(r"^(you (should|must|need to|have to|'ll have to|will have to|ought to)"
                     r"|i (need|want|'d like|would like|prefer)) ", re.I)
 _POINTS_BACK = re.compile(r"\b(it|that|this|them|those|these)\b", re.I)

@@ -9,9 +9,9 @@ The method (one batch):
   - Teacher rollouts (`rollouts` > 0): the hinted teacher also writes its own reply to each hinted
     prompt, and the student learns it with the hint removed (sequence-level distillation, see
     `learner.rollouts`). This reaches behaviour the student never samples. With
-    `rollout_complaints` off, hints that only complain (no instruction) get no rollout. With `rollout_replay`,
-    the most recently learned rollouts (token ids kept in their turns' advantage notes) are learned
-    again with each later batch.
+    `rollout_complaints` off, hints that only complain (no instruction) get no rollout. With
+    `rollout_replay`, the most recently learned rollouts (token ids kept in their turns' advantage
+    notes) are learned again with each later batch.
   - Loss: token-level clipped surrogate with ratio pi_theta / pi_behavior, pi_behavior being the
     engine's logged sampling logprob, truncated at a cap; plus an optional k3 KL to the base model
     (the adapter disabled, so the reference costs no memory).
@@ -217,8 +217,8 @@ class Learner:
         cfg = self.config
         if not cfg.rollout_complaints:  # a bare complaint mostly gets said back by a small teacher
             hinted = [i for i in hinted if samples[i].hint_source != "correction"]
-        if not hinted:
-            return
+            if not hinted:
+                return
         order = [i for i in hinted for _ in range(cfg.rollouts)]
         teacher_prompts = [teacher_prompt_ids(self.tokenizer, samples[i]) for i in order]
         budgets = [min(cfg.rollout_max_tokens, samples[i].max_new_tokens or cfg.rollout_max_tokens) for i in order]
