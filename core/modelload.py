@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +104,41 @@ def pick_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+# CPU flags of native bf16 arithmetic: x86's AVX512-BF16 and AMX, Arm's BF16 extension.
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def native_bf16(cpuinfo: str) -> bool:
+    """Whether a /proc/cpuinfo text lists a CPU flag of native bf16 arithmetic."""
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):  # x86, Arm
+            flags.update(value.split())
+    return bool(flags & BF16_FLAGS)
+
+
+@cache
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU does bf16 arithmetic natively; False where /proc/cpuinfo cannot be read."""
+    try:
+        return native_bf16(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return False
+
+
 def pick_dtype(dtype: str, device: str) -> Any:
-    """bf16 by default: on the 2-core CPUs we target it decodes about twice as fast as fp32."""
+    """auto: bf16 on CUDA and on CPUs with native bf16, fp32 on every other CPU.
+
+    Where the CPU has it (AMX), bf16 decoded about twice as fast as fp32 on 2 cores. Without it
+    torch emulates bf16: on an AVX2-only AMD EPYC, one thread, a decode-shaped matmul (1x576 by
+    576x1536) took 1.68 ms in bf16 against 0.105 ms in fp32, and a 64-row one 105 ms against 3.5 ms.
+    """
     import torch
 
     if dtype == "auto":
-        return torch.bfloat16
+        native = device.startswith("cuda") or (device == "cpu" and cpu_has_native_bf16())
+        return torch.bfloat16 if native else torch.float32
     return getattr(torch, dtype)
 
 

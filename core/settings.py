@@ -28,7 +28,9 @@ class Settings(BaseSettings):
     sglang_url: str = "http://127.0.0.1:30000"
     engine_timeout_s: float = Field(default=300.0, description="Longest wait for one engine call.")
     device: str = Field(default="auto", description="auto, cpu or cuda[:N] for the embedded engine and learner.")
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        default="auto", description="Embedded engine weights; auto: bf16 on CUDA and on CPUs with native bf16 "
+        "(AMX, AVX512-BF16, Arm BF16), fp32 on other CPUs, where torch emulates bf16 many times slower.")
     max_batch_size: int = Field(default=8, ge=1, description="Sequences decoded together by the embedded engine.")
     torch_threads: int = Field(
         default=0, ge=0, description="CPU threads for torch in each learnproxy process; 0: share the CPU "
