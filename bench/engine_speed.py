@@ -1,8 +1,10 @@
 """Embedded engine decode speed on the configured model (SmolLM2-135M by default): batch 1 vs batch 8.
 
 Batch 1 and batch 8 run side by side in one run on one started engine, alternating, so they see the
-same machine load. Each trial streams `max_new_tokens` tokens per request at temperature 1 with
-a fixed seed; the figures are medians over trials.
+same machine load. On a CPU a second engine in the dtype `auto` did not pick (bf16 or fp32) runs
+batch 1 in the same alternation, so the table shows what `auto` gains on this machine. Each trial
+streams `max_new_tokens` tokens per request at temperature 1 with a fixed seed; the figures are
+medians over trials.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import statistics
 import time
 
-from core.modelload import load_tokenizer, resolve_model_path
+from core.modelload import load_tokenizer, pick_device, pick_dtype, resolve_model_path
 from core.settings import Settings
 from proxy.engines.base import GenerateRequest, SamplingParams
 from proxy.engines.embedded import EmbeddedEngine
@@ -36,26 +38,47 @@ async def _trial(engine: EmbeddedEngine, ids: list[int], batch: int, n: int,
     return sum(counts) / elapsed, statistics.median(counts) / elapsed
 
 
-async def _measure(settings: Settings, *, quick: bool) -> dict[int, list[tuple[float, float]]]:
+def dtype_name(dtype: str, device: str) -> str:
+    """The torch dtype a setting resolves to on `device`, e.g. "float32" for auto on an AVX2 CPU."""
+    return str(pick_dtype(dtype, device)).removeprefix("torch.")
+
+
+async def _measure(settings: Settings, *, quick: bool) -> tuple[dict[int, list[tuple[float, float]]],
+                                                                  dict[str, list[float]]]:
+    """(tokens/s per batch size on the configured dtype, batch-1 tokens/s per dtype on a CPU)."""
     path = resolve_model_path(settings.model, settings.models_dir)
     ids = list(load_tokenizer(path).encode(PROMPT, add_special_tokens=False))
-    engine = EmbeddedEngine(path, device=settings.device, dtype=settings.dtype, max_batch_size=8)
-    await engine.start()
+    device = pick_device(settings.device)
+    chosen = dtype_name(settings.dtype, device)
+    engines = {chosen: EmbeddedEngine(path, device=device, dtype=chosen, max_batch_size=8)}
+    if device == "cpu":
+        other = "float32" if chosen == "bfloat16" else "bfloat16"
+        engines[other] = EmbeddedEngine(path, device=device, dtype=other, max_batch_size=1)
     n, trials = (32, 2) if quick else (64, 5)
     results: dict[int, list[tuple[float, float]]] = {1: [], 8: []}
+    by_dtype: dict[str, list[float]] = {name: [] for name in engines}
     try:
-        await _one(engine, ids, 8, 0)  # warm-up
+        for engine in engines.values():
+            await engine.start()
+            await _one(engine, ids, 8, 0)  # warm-up
         for t in range(trials):
             for batch in (1, 8):
-                results[batch].append(await _trial(engine, ids, batch, n, seed=100 * t))
+                results[batch].append(await _trial(engines[chosen], ids, batch, n, seed=100 * t))
+            by_dtype[chosen].append(results[1][-1][0])
+            for name, engine in engines.items():
+                if name != chosen:
+                    by_dtype[name].append((await _trial(engine, ids, 1, n, seed=100 * t))[0])
     finally:
-        await engine.stop()
-    return results
+        for engine in engines.values():
+            await engine.stop()
+    return results, by_dtype
 
 
 def run(settings: Settings, *, quick: bool) -> str:
     """Markdown section: tokens/s at batch 1 and 8, aggregate and per stream, medians."""
-    results = asyncio.run(_measure(settings, quick=quick))
+    results, by_dtype = asyncio.run(_measure(settings, quick=quick))
+    device = pick_device(settings.device)
+    chosen = dtype_name(settings.dtype, device)
     rows = []
     base = statistics.median(a for a, _ in results[1])
     for batch in (1, 8):
@@ -63,7 +86,7 @@ def run(settings: Settings, *, quick: bool) -> str:
         per = statistics.median(p for _, p in results[batch])
         rows.append(f"| {batch} | {agg:.1f} | {per:.1f} | {agg / base:.2f}x |")
     return "\n".join([
-        f"### Embedded engine decode speed ({settings.model}, {settings.device}, {settings.dtype})",
+        f"### Embedded engine decode speed ({settings.model}, {device}, {chosen})",
         "",
         "| concurrent streams | aggregate tok/s | per-stream tok/s | aggregate vs batch 1 |",
         "| --- | --- | --- | --- |",
@@ -72,4 +95,15 @@ def run(settings: Settings, *, quick: bool) -> str:
         f"Medians of {len(results[1])} trials, batch 1 and 8 alternating in one run. Limited by CPU matmul "
         "throughput and the per-step Python overhead of one engine thread (sampling loops over rows); "
         "stream ends at EOS count as fewer tokens.",
+        *_dtype_table(by_dtype, chosen, settings.dtype),
     ])
+
+
+def _dtype_table(by_dtype: dict[str, list[float]], chosen: str, setting: str) -> list[str]:
+    if len(by_dtype) < 2:
+        return []
+    base = statistics.median(by_dtype[chosen])
+    rows = [f"| {name}{f' ({setting})' if name == chosen else ''} | {statistics.median(v):.1f} | "
+            f"{statistics.median(v) / base:.2f}x |" for name, v in by_dtype.items()]
+    return ["", "| weights (batch 1, same alternation) | tok/s | vs the configured dtype |", "| --- | --- | --- |",
+            *rows]
