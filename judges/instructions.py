@@ -5,8 +5,8 @@ A correction usually pairs a complaint ("You buried the answer.") with an instru
 asked for what the reply should have done); the complaint is what the hinted teacher then answers
 instead: on the user's complaint "I only read the first line and it told me nothing." SmolLM2-135M
 writes "I'm sorry for your loss…". `instructions` drops the complaint before the first instruction
-and keeps the rest as written. It reads English imperatives by their first word, after softeners
-like "please" or "just": a verb from `VERBS`, a negation ("Don't…", "No bullet points…"), "you
+and keeps the rest as written. It reads English imperatives by the first word of each clause, after
+softeners like "please" or "just": a verb from `VERBS`, a negation ("Don't…", "No bullet points…"), "you
 should/need to/must…" or "I want/need…". A short instruction that points back ("Leave it out.")
 keeps the sentence before it, which names what "it" is. A correction with no instruction sentence
 is kept whole.
@@ -36,12 +36,18 @@ _MODAL = re.compile(r"^(you (should|must|need to|have to|'ll have to|will have t
                     r"|i (need|want|'d like|would like|prefer)) ", re.I)
 _POINTS_BACK = re.compile(r"\b(it|that|this|them|those|these)\b", re.I)
 _WORD = re.compile(r"[a-z']+")
+_CLAUSES = re.compile(r"\s*[,;:–—]\s+|\s+-\s+")  # commas, semicolons, colons and dashes between clauses
 SHORT_WORDS = 4  # "Leave it out." or "Cut that bit." points back; "Keep it under 25 words." does not
 
 
 def is_instruction(sentence: str) -> bool:
-    """Whether a sentence tells the assistant what to do."""
-    text = sentence.strip().lower().replace("’", "'")
+    """Whether a sentence tells the assistant what to do, in any of its clauses: a complaint often
+    comes first in the same sentence ("Too long, I need it shorter.", "I'm busy, so keep it short.")."""
+    return any(_instructs(clause) for clause in _CLAUSES.split(sentence))
+
+
+def _instructs(clause: str) -> bool:
+    text = clause.strip().lower().replace("’", "'")
     if _MODAL.match(text) or any(text.startswith(n) for n in NEGATIONS):
         return True
     words = _WORD.findall(text)

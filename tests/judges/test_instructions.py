@@ -20,14 +20,16 @@ INSTRUCTIONS = [
     "You need to quote the line number.", "I want the code without comments.", "Keep it to one line.",
     "Then explain the second step.", "Stop adding a summary at the end.", "Write the test before the fix.",
     "Next time lead with the price.", "Always include the units.", "Make sure the JSON is valid.",
-    "Cut it.",
+    "Cut it.", "Wrong units, give me Celsius.", "I'm on my phone, so make it short.",
+    "Too wordy; I need the one-line version.", "That's the old API – use the new client.",
 ]
 COMPLAINTS = [
     "Way off, I can't use this in the report.", "That is wrong.", "This is not what I asked for.",
     "Why is everything in capitals?", "The function still crashes on empty input.", "Nope.",
     "No, wrong.", "You missed the point.", "I asked about Tuesday.", "Too formal.",
     "It reads like a press release.", "Where did the numbers come from?", "Hmm, not quite.",
-    "Thanks, but that's not it.", "The tool returned an error.",
+    "Thanks, but that's not it.", "The tool returned an error.", "Well, that didn't work.",
+    "Sorry, I still see the same error; nothing changed.", "If anything, it got worse - much worse.",
 ]
 
 
