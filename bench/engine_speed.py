@@ -2,7 +2,8 @@
 
 Batch 1 and batch 8 run side by side in one run on one started engine, alternating, so they see the
 same machine load. On a CPU a second engine in the dtype `auto` did not pick (bf16 or fp32) runs
-batch 1 in the same alternation, so the table shows what `auto` gains on this machine. Each trial
+in the same alternation, batch-1 decode and the prefill of a long prompt (where emulated bf16
+costs most), so the table shows what `auto` gains on this machine. Each trial
 streams `max_new_tokens` tokens per request at temperature 1 with a fixed seed; the figures are
 medians over trials.
 """
@@ -19,6 +20,7 @@ from proxy.engines.base import GenerateRequest, SamplingParams
 from proxy.engines.embedded import EmbeddedEngine
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+LONG_PROMPT_TOKENS = 300  # about a multi-turn session or a prompt carrying tool schemas
 
 
 async def _one(engine: EmbeddedEngine, ids: list[int], n: int, seed: int) -> int:
@@ -43,11 +45,20 @@ def dtype_name(dtype: str, device: str) -> str:
     return str(pick_dtype(dtype, device)).removeprefix("torch.")
 
 
+async def _prefill_s(engine: EmbeddedEngine, ids: list[int], seed: int) -> float:
+    """Seconds to the first token of a long prompt."""
+    start = time.perf_counter()
+    await _one(engine, ids, 1, seed)
+    return time.perf_counter() - start
+
+
 async def _measure(settings: Settings, *, quick: bool) -> tuple[dict[int, list[tuple[float, float]]],
-                                                                  dict[str, list[float]]]:
-    """(tokens/s per batch size on the configured dtype, batch-1 tokens/s per dtype on a CPU)."""
+                                                                  dict[str, dict[str, list[float]]]]:
+    """(tokens/s per batch size on the configured dtype, per dtype on a CPU: batch-1 tokens/s and
+    long-prompt prefill seconds)."""
     path = resolve_model_path(settings.model, settings.models_dir)
     ids = list(load_tokenizer(path).encode(PROMPT, add_special_tokens=False))
+    long_ids = (ids * (LONG_PROMPT_TOKENS // len(ids) + 1))[:LONG_PROMPT_TOKENS]
     device = pick_device(settings.device)
     chosen = dtype_name(settings.dtype, device)
     engines = {chosen: EmbeddedEngine(path, device=device, dtype=chosen, max_batch_size=8)}
@@ -56,7 +67,7 @@ async def _measure(settings: Settings, *, quick: bool) -> tuple[dict[int, list[t
         engines[other] = EmbeddedEngine(path, device=device, dtype=other, max_batch_size=1)
     n, trials = (32, 2) if quick else (64, 5)
     results: dict[int, list[tuple[float, float]]] = {1: [], 8: []}
-    by_dtype: dict[str, list[float]] = {name: [] for name in engines}
+    by_dtype: dict[str, dict[str, list[float]]] = {name: {"tok_s": [], "prefill_s": []} for name in engines}
     try:
         for engine in engines.values():
             await engine.start()
@@ -64,10 +75,11 @@ async def _measure(settings: Settings, *, quick: bool) -> tuple[dict[int, list[t
         for t in range(trials):
             for batch in (1, 8):
                 results[batch].append(await _trial(engines[chosen], ids, batch, n, seed=100 * t))
-            by_dtype[chosen].append(results[1][-1][0])
+            by_dtype[chosen]["tok_s"].append(results[1][-1][0])
             for name, engine in engines.items():
                 if name != chosen:
-                    by_dtype[name].append((await _trial(engine, ids, 1, n, seed=100 * t))[0])
+                    by_dtype[name]["tok_s"].append((await _trial(engine, ids, 1, n, seed=100 * t))[0])
+                by_dtype[name]["prefill_s"].append(await _prefill_s(engine, long_ids, seed=100 * t))
     finally:
         for engine in engines.values():
             await engine.stop()
@@ -99,11 +111,17 @@ def run(settings: Settings, *, quick: bool) -> str:
     ])
 
 
-def _dtype_table(by_dtype: dict[str, list[float]], chosen: str, setting: str) -> list[str]:
+def _dtype_table(by_dtype: dict[str, dict[str, list[float]]], chosen: str, setting: str) -> list[str]:
     if len(by_dtype) < 2:
         return []
-    base = statistics.median(by_dtype[chosen])
-    rows = [f"| {name}{f' ({setting})' if name == chosen else ''} | {statistics.median(v):.1f} | "
-            f"{statistics.median(v) / base:.2f}x |" for name, v in by_dtype.items()]
-    return ["", "| weights (batch 1, same alternation) | tok/s | vs the configured dtype |", "| --- | --- | --- |",
+    tok = statistics.median(by_dtype[chosen]["tok_s"])
+    pre = statistics.median(by_dtype[chosen]["prefill_s"])
+    rows = []
+    for name, v in by_dtype.items():
+        t, p = statistics.median(v["tok_s"]), statistics.median(v["prefill_s"])
+        label = f"{name} ({setting})" if name == chosen else name
+        rows.append(f"| {label} | {t:.1f} | {t / tok:.2f}x | {p:.2f} | {p / pre:.2f}x |")
+    return ["", f"Weights, side by side in the same alternation: batch-1 decode, and the first token of a "
+            f"{LONG_PROMPT_TOKENS}-token prompt.", "",
+            "| weights | decode tok/s | vs configured | prefill s | vs configured |", "| --- | --- | --- | --- | --- |",
             *rows]

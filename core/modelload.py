@@ -131,8 +131,9 @@ def pick_dtype(dtype: str, device: str) -> Any:
     """auto: bf16 on CUDA and on CPUs with native bf16, fp32 on every other CPU.
 
     Where the CPU has it (AMX), bf16 decoded about twice as fast as fp32 on 2 cores. Without it
-    torch emulates bf16: on an AVX2-only AMD EPYC, one thread, a decode-shaped matmul (1x576 by
-    576x1536) took 1.68 ms in bf16 against 0.105 ms in fp32, and a 64-row one 105 ms against 3.5 ms.
+    torch emulates bf16: on an AVX2-only AMD EPYC, one thread, SmolLM2-135M took 16.2 s in bf16
+    against 3.0 s in fp32 to prefill a 300-token prompt, and 277 ms against 180 ms per decode step
+    of 4 sequences (97 against 89 ms for one).
     """
     import torch
 
