@@ -68,16 +68,22 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         from bench.learn.runner import main as learn_main
 
         return learn_main((["--quick"] if args.quick else []) + list(args.rest), settings)
+    # `bench engine --quick` puts --quick after the name, where argparse hands it to `rest`
+    quick = args.quick or "--quick" in args.rest
+    unknown = [a for a in args.rest if a != "--quick"]
+    if unknown:
+        print(f"unknown arguments for `bench {args.which}`: {' '.join(unknown)}", file=sys.stderr)
+        return 2
     names = list(SECTIONS) if args.which == "all" else [args.which]
     failed = 0
     for name in names:
         if name not in SECTIONS:
             print(f"unknown benchmark {name!r}", file=sys.stderr)
             return 2
-        command = f"learnproxy bench {name}{' --quick' if args.quick else ''}"
+        command = f"learnproxy bench {name}{' --quick' if quick else ''}"
         print(f"== {command}", flush=True)
         try:
-            body = importlib.import_module(SECTIONS[name]).run(settings, quick=args.quick)
+            body = importlib.import_module(SECTIONS[name]).run(settings, quick=quick)
         except Exception as exc:  # one broken benchmark must not lose the others' figures
             print(f"   {name} failed: {exc!r}", file=sys.stderr)
             failed += 1
