@@ -3,9 +3,9 @@
 Batch 1 and batch 8 run side by side in one run on one started engine, alternating, so they see the
 same machine load. On a CPU a second engine in the dtype `auto` did not pick (bf16 or fp32) runs
 in the same alternation, batch-1 decode and the prefill of a long prompt (where emulated bf16
-costs most), so the table shows what `auto` gains on this machine. Each trial
-streams `max_new_tokens` tokens per request at temperature 1 with a fixed seed; the figures are
-medians over trials.
+costs most), so the table shows what `auto` gains on this machine. Each trial streams
+`max_new_tokens` tokens per request at temperature 1 with a fixed seed; the figures are medians
+over trials.
 """
 
 from __future__ import annotations
@@ -52,15 +52,13 @@ async def _prefill_s(engine: EmbeddedEngine, ids: list[int], seed: int) -> float
     return time.perf_counter() - start
 
 
-async def _measure(settings: Settings, *, quick: bool) -> tuple[dict[int, list[tuple[float, float]]],
-                                                                  dict[str, dict[str, list[float]]]]:
-    """(tokens/s per batch size on the configured dtype, per dtype on a CPU: batch-1 tokens/s and
+async def _measure(settings: Settings, device: str, chosen: str, *, quick: bool
+                   ) -> tuple[dict[int, list[tuple[float, float]]], dict[str, dict[str, list[float]]]]:
+    """(tokens/s per batch size on the `chosen` dtype, per dtype on a CPU: batch-1 tokens/s and
     long-prompt prefill seconds)."""
     path = resolve_model_path(settings.model, settings.models_dir)
     ids = list(load_tokenizer(path).encode(PROMPT, add_special_tokens=False))
     long_ids = (ids * (LONG_PROMPT_TOKENS // len(ids) + 1))[:LONG_PROMPT_TOKENS]
-    device = pick_device(settings.device)
-    chosen = dtype_name(settings.dtype, device)
     engines = {chosen: EmbeddedEngine(path, device=device, dtype=chosen, max_batch_size=8)}
     if device == "cpu":
         other = "float32" if chosen == "bfloat16" else "bfloat16"
@@ -88,9 +86,9 @@ async def _measure(settings: Settings, *, quick: bool) -> tuple[dict[int, list[t
 
 def run(settings: Settings, *, quick: bool) -> str:
     """Markdown section: tokens/s at batch 1 and 8, aggregate and per stream, medians."""
-    results, by_dtype = asyncio.run(_measure(settings, quick=quick))
     device = pick_device(settings.device)
     chosen = dtype_name(settings.dtype, device)
+    results, by_dtype = asyncio.run(_measure(settings, device, chosen, quick=quick))
     rows = []
     base = statistics.median(a for a, _ in results[1])
     for batch in (1, 8):
