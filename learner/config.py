@@ -73,6 +73,11 @@ class TrainConfig:
     rollout_max_copy: float = _f(
         0.5, "Learn a rollout only if at most this share of its word trigrams repeats earlier assistant "
         "replies of the conversation (1 keeps every rollout).")
+    rollout_min_relevance: float = _f(
+        0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
+        "user message is at least this (a reply about something else, such as a stock apology, is not learned; "
+        "the benchmark's quality guard, fitted on hand-labelled replies, puts 'answers the question' at 0.26). "
+        "0 skips the check and the embedding model.")
     rollout_pick: Literal["all", "best"] = _f(
         "all", "all: learn every rollout the screen keeps; best: of a turn's kept rollouts, only the one "
         "with the highest gain (the reply the hint made likeliest; use with rollouts > 1).")
@@ -115,6 +120,8 @@ class TrainConfig:
             problems.append(f"lr={self.lr}: set a positive rate, or None for the device default")
         if self.rollouts < 0 or self.rollout_temperature < 0 or self.rollout_max_tokens < 1 or self.w_rollout < 0:
             problems.append("rollouts, rollout_temperature and w_rollout must be >= 0, rollout_max_tokens >= 1")
+        if not -1 <= self.rollout_min_relevance <= 1:
+            problems.append(f"rollout_min_relevance={self.rollout_min_relevance}: a similarity, set it in [-1, 1]")
         if not (0 <= self.rollout_max_echo <= 1 and 0 <= self.rollout_max_copy <= 1):
             problems.append("rollout_max_echo and rollout_max_copy are shares: set them in [0, 1]")
         if self.rollouts > 1 and self.rollout_temperature == 0:

@@ -22,6 +22,19 @@ partly quoted), that mostly repeats earlier assistant replies (`max_copy`: the s
 rollout's word trigrams found in them), or that the hint did not make more likely (`min_gain`:
 the mean teacher-minus-student logprob per token).
 
+Neither check sees a reply that is fluent, new and beside the point: "I'm sorry for the
+misunderstanding, but as a chatbot ...", "In short, the answer to this question is:". With
+`min_relevance` above 0, a rollout must also be about what the user asked: the cosine similarity of
+its all-MiniLM-L6-v2 embedding to the conversation's opening user message must reach the threshold
+(`relevance`). The opening message, not the latest: on a redo turn the latest user message is the
+complaint, and a reply that talks about the complaint ("In short, the answer to this question is:"
+after "answer the actual question") or says it back scores high against it (0.35 and 0.81 in
+tests/learner/test_rollouts.py) and low against the request (0.11, 0.02). The cost: a rollout for
+a new request made later in the conversation is compared with the first one and is usually
+dropped, so the screen errs toward learning less. Learning off-topic replies taught the student
+to stop answering in the benchmark's runs; the screen never scores the student, so it only
+decides which teacher replies are learned.
+
 With several sampled rollouts per turn (`rollouts` > 1, temperature > 0), `pick_best` keeps only
 the one the hint explains best: the kept rollout with the highest gain, i.e. the reply whose
 likelihood the hint raised the most. A stock reply the student already writes gains little; one
@@ -102,13 +115,29 @@ class Verdict:
     echo: float  # share of the hint's trigrams the rollout repeats
     copied: float  # share of the rollout's trigrams found in earlier assistant replies
     kept: bool
+    relevance: float | None = None  # similarity to the opening user message (None: not checked)
 
 
 def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
-          max_copy: float) -> Verdict:
-    """Whether a rollout is learned: the hint made it likelier, and it is no echo of the hint or the chat."""
+          max_copy: float, relevance: float | None = None, min_relevance: float = 0.0) -> Verdict:
+    """Whether a rollout is learned: the hint made it likelier, it is no echo of the hint or the chat,
+    and (when `relevance` is given) it is about what the user asked."""
     echo, copied = share_in(hint, text), share_in(text, "\n".join(earlier))
-    return Verdict(gain, echo, copied, gain >= min_gain and echo <= max_echo and copied <= max_copy)
+    on_topic = relevance is None or relevance >= min_relevance
+    return Verdict(gain, echo, copied, gain >= min_gain and echo <= max_echo and copied <= max_copy and on_topic,
+                   relevance)
+
+
+def relevance(embedder: Any, texts: list[str], requests: list[str]) -> list[float | None]:
+    """Cosine similarity of each rollout text to the request beside it (its conversation's opening
+    user message); None where there is no request to compare with."""
+    asked = [k for k, request in enumerate(requests) if request]
+    out: list[float | None] = [None] * len(texts)
+    if asked:
+        vectors = embedder.embed([texts[k] for k in asked] + [requests[k] for k in asked])
+        for k, sim in zip(asked, (vectors[:len(asked)] * vectors[len(asked):]).sum(-1), strict=True):
+            out[k] = float(sim)
+    return out
 
 
 @torch.no_grad()

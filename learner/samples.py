@@ -229,6 +229,11 @@ def assistant_texts(messages: list[dict[str, Any]]) -> list[str]:
     return [_hermes(m)["content"] for m in messages if m.get("role") == "assistant"]
 
 
+def opening_request(messages: list[dict[str, Any]]) -> str:
+    """The text of the prompt's first non-empty user message ("" when it has none)."""
+    return next((text for m in messages if m.get("role") == "user" and (text := _hermes(m)["content"].strip())), "")
+
+
 def teacher_messages(messages: list[dict[str, Any]], hint: str) -> list[dict[str, str]]:
     """The prompt with the hint appended to the last user message (or as a new user message)."""
     out = [_hermes(m) for m in messages]

@@ -49,7 +49,7 @@ from learner.losses import (
     topk_forward_kl,
     topk_reverse_kl,
 )
-from learner.samples import Sample, assistant_texts, teacher_prompt_ids
+from learner.samples import Sample, assistant_texts, opening_request, teacher_prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,7 @@ class Learner:
         self.model = get_peft_model(base, lora)
         self._fresh = {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model).items()}
         self.loaded_path: str | None = None  # the version the weights came from
+        self._embedder: Any = None  # all-MiniLM-L6-v2, loaded on the first rollout relevance check
         self._new_optimizer()
 
     def configure(self, config: TrainConfig) -> None:
@@ -237,11 +238,16 @@ class Learner:
         student = rollouts.scored(self.model, [samples[i].prompt_ids for i in turns], replies,
                                   device=self.device, chunk=cfg.logprob_chunk)
         texts = [self.tokenizer.decode(reply, skip_special_tokens=True) for reply in replies]
+        related: list[float | None] = [None] * len(turns)
+        if cfg.rollout_min_relevance > 0:
+            related = rollouts.relevance(self._sentence_embedder(), texts,
+                                         [opening_request(samples[i].messages) for i in turns])
         verdicts: dict[int, list[tuple[int, rollouts.Verdict]]] = {}  # by sample index: (rollout, verdict)
         for j, (i, gain) in enumerate(zip(turns, rollouts.gains(teacher, student), strict=True)):
             verdict = rollouts.screen(
                 texts[j], hint=samples[i].hint or "", earlier=assistant_texts(samples[i].messages), gain=gain,
-                min_gain=cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo, max_copy=cfg.rollout_max_copy)
+                min_gain=cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo, max_copy=cfg.rollout_max_copy,
+                relevance=related[j], min_relevance=cfg.rollout_min_relevance)
             verdicts.setdefault(i, []).append((j, verdict))
         kept: list[int] = []  # rollout positions
         for i, group in verdicts.items():
@@ -258,6 +264,13 @@ class Learner:
         out.rollout_teacher = torch.cat([teacher[j] for j in kept])
         out.rollout_turns = [turns[j] for j in kept]
         out.rollouts = pack([samples[turns[j]].prompt_ids for j in kept], [replies[j] for j in kept], self.device)
+
+    def _sentence_embedder(self) -> Any:
+        if self._embedder is None:
+            from core.embeddings import SentenceEmbedder
+
+            self._embedder = SentenceEmbedder(max_length=256)
+        return self._embedder
 
     def _step(self, t: BatchTargets) -> dict[str, float]:
         cfg = self.config

@@ -1,4 +1,5 @@
-"""Which teacher rollouts are learned: echoes of the hint or of the conversation are not.
+"""Which teacher rollouts are learned: echoes of the hint or of the conversation, and replies beside
+the user's request, are not.
 
 The texts are teacher rollouts and hints seen in a bottomline benchmark run (scripts/rollout_probe.py).
 """
@@ -7,9 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from learner.rollouts import Verdict, pick_best, screen, share_in
+from learner.config import TrainConfig
+from learner.rollouts import Verdict, pick_best, relevance, screen, share_in
+from learner.samples import opening_request
 
 DEFAULTS = {"min_gain": 0.0, "max_echo": 0.8, "max_copy": 0.5}
+MIN_RELEVANCE = TrainConfig().rollout_min_relevance
 
 
 @pytest.mark.parametrize(("text", "hint", "earlier", "kept"), [
@@ -55,3 +59,60 @@ def test_pick_best_takes_the_kept_rollout_with_the_highest_gain() -> None:
     verdicts = [Verdict(2.0, 0.9, 0.0, False), Verdict(0.5, 0.0, 0.0, True), Verdict(0.8, 0.0, 0.0, True)]
     assert pick_best(verdicts) == 2  # the higher gain at index 0 was screened out
     assert pick_best([Verdict(1.0, 1.0, 0.0, False)]) is None
+
+
+# Replies the 135M teacher wrote in benchmark runs (brief and bottomline users), and answers to the
+# same training prompts; the request is the conversation's opening user message.
+SLEEP = "What's a good way to fall asleep faster?"
+HIRE = "Should I hire a contractor or a full-time employee for a six-month project?"
+OFF_TOPIC = [
+    (SLEEP, "I'm sorry for the misunderstanding, but as a chatbot, I can't help with that. I'm here to help."),
+    (SLEEP, "I'm a helpful AI named SmolLM, trained to provide assistance in any language. I can help with "
+            "anything, from answering your questions to helping with your problems."),
+    (SLEEP, "You're a helpful AI, I'm here to help."),
+    (HIRE, "In short, the answer to this question is:"),
+    (HIRE, "In short, next time."),
+    (HIRE, "You went off topic, answer the actual question."),
+]
+ON_TOPIC = [
+    (SLEEP, "Keep a regular bedtime, skip screens for an hour before bed, and keep the room cool and dark."),
+    (SLEEP, "Read a book in bed."),
+    (HIRE, "In short, hire a contractor: six months is too short to justify a full-time hire."),
+    (HIRE, "In short, a contractor."),
+]
+
+
+@pytest.fixture(scope="module")
+def embedder() -> object:
+    from core.embeddings import SentenceEmbedder
+
+    return SentenceEmbedder(max_length=256)
+
+
+def test_replies_beside_the_request_are_not_learned_and_answers_are(embedder: object) -> None:
+    texts = [t for _, t in OFF_TOPIC + ON_TOPIC]
+    sims = relevance(embedder, texts, [q for q, _ in OFF_TOPIC + ON_TOPIC])
+    verdicts = [screen(t, hint="Keep it short.", earlier=[], gain=1.0, relevance=r, min_relevance=MIN_RELEVANCE,
+                       **DEFAULTS) for t, r in zip(texts, sims, strict=True)]
+    assert [v.kept for v in verdicts] == [False] * len(OFF_TOPIC) + [True] * len(ON_TOPIC), sims
+    assert all(v.relevance == r for v, r in zip(verdicts, sims, strict=True))
+
+
+def test_the_request_is_the_opening_message_not_the_complaint(embedder: object) -> None:
+    """Against the latest user message (the complaint) these two would pass; against the request they do not."""
+    complaint = "You went off topic, answer the actual question. Can you redo it?"
+    messages = [{"role": "user", "content": HIRE}, {"role": "assistant", "content": "Hiring is hard."},
+                {"role": "user", "content": complaint}]
+    assert opening_request(messages) == HIRE
+    texts = ["In short, the answer to this question is:", "You went off topic, answer the actual question."]
+    against_complaint = relevance(embedder, texts, [complaint, complaint])
+    against_request = relevance(embedder, texts, [HIRE, HIRE])
+    assert all(s is not None and s >= MIN_RELEVANCE for s in against_complaint), against_complaint
+    assert all(s is not None and s < MIN_RELEVANCE for s in against_request), against_request
+
+
+def test_no_request_means_no_relevance_check(embedder: object) -> None:
+    assert opening_request([{"role": "system", "content": "Be brief."}]) == ""
+    assert relevance(embedder, ["Read a book in bed."], [""]) == [None]
+    assert screen("Read a book in bed.", hint="x", earlier=[], gain=1.0, relevance=None, min_relevance=0.9,
+                  **DEFAULTS).kept
