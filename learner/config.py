@@ -78,6 +78,13 @@ class TrainConfig:
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "
         "the benchmark's quality guard, fitted on hand-labelled replies, puts 'answers the question' at 0.26). "
         "0 skips the check and the embedding model.")
+    rollout_grounding_tokens: int = _f(
+        8, "Learn a rollout only if its first this many tokens depend on the conversation (see "
+        "rollout_min_grounding); 0 skips the check.")
+    rollout_min_grounding: float = _f(
+        0.5, "Least mean logprob gain, in nats per token, of a rollout's opening after the real prompt over "
+        "after a neutral request (system messages and tools kept). A stock opening the student writes "
+        "whatever it is asked scores near 0.")
     rollout_pick: Literal["all", "best"] = _f(
         "all", "all: learn every rollout the screen keeps; best: of a turn's kept rollouts, only the one "
         "with the highest gain (the reply the hint made likeliest; use with rollouts > 1).")
@@ -120,6 +127,8 @@ class TrainConfig:
             problems.append(f"lr={self.lr}: set a positive rate, or None for the device default")
         if self.rollouts < 0 or self.rollout_temperature < 0 or self.rollout_max_tokens < 1 or self.w_rollout < 0:
             problems.append("rollouts, rollout_temperature and w_rollout must be >= 0, rollout_max_tokens >= 1")
+        if self.rollout_grounding_tokens < 0:
+            problems.append(f"rollout_grounding_tokens={self.rollout_grounding_tokens}: set 0 or more")
         if not -1 <= self.rollout_min_relevance <= 1:
             problems.append(f"rollout_min_relevance={self.rollout_min_relevance}: a similarity, set it in [-1, 1]")
         if not (0 <= self.rollout_max_echo <= 1 and 0 <= self.rollout_max_copy <= 1):

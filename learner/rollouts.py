@@ -35,10 +35,16 @@ dropped, so the screen errs toward learning less. Learning off-topic replies tau
 to stop answering in the benchmark's runs; the screen never scores the student, so it only
 decides which teacher replies are learned.
 
-With several sampled rollouts per turn (`rollouts` > 1, temperature > 0), `pick_best` keeps only
-the one the hint explains best: the kept rollout with the highest gain, i.e. the reply whose
-likelihood the hint raised the most. A stock reply the student already writes gains little; one
-that does what the hint asks gains the most.
+A stock opening can still name the topic ("I'm here to help you find the perfect ripe avocado.",
+"I'm sorry for the misunderstanding, but as a chatbot, I'm designed to ..."), and learned without
+the hint it teaches the student to open every answer that way. With `grounding_tokens` above 0, a
+rollout's opening must depend on the conversation: over its first `grounding_tokens` tokens, the
+student's mean logprob after the real prompt minus after a neutral one (the system messages, tools
+as the teacher prompt passes them, and "Can you help me with something?") must reach
+`min_grounding` (`grounding`, in nats per token). On the benchmark's recorded rollouts a stock
+opening scored at most 0.46, a learned answer's opening 0.86 and up. The cost: a short answer
+whose words fit any question ("In short, yes: it frees your time for work only you can do."
+scored 0.19) is dropped too.
 """
 
 from __future__ import annotations
@@ -116,16 +122,29 @@ class Verdict:
     copied: float  # share of the rollout's trigrams found in earlier assistant replies
     kept: bool
     relevance: float | None = None  # similarity to the opening user message (None: not checked)
+    grounding: float | None = None  # how much likelier the conversation makes the opening (None: not checked)
 
 
 def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
-          max_copy: float, relevance: float | None = None, min_relevance: float = 0.0) -> Verdict:
+          max_copy: float, relevance: float | None = None, min_relevance: float = 0.0,
+          grounding: float | None = None, min_grounding: float = 0.0) -> Verdict:
     """Whether a rollout is learned: the hint made it likelier, it is no echo of the hint or the chat,
-    and (when `relevance` is given) it is about what the user asked."""
+    and (each when given) it is about what the user asked and its opening depends on it."""
     echo, copied = share_in(hint, text), share_in(text, "\n".join(earlier))
     on_topic = relevance is None or relevance >= min_relevance
-    return Verdict(gain, echo, copied, gain >= min_gain and echo <= max_echo and copied <= max_copy and on_topic,
-                   relevance)
+    grounded = grounding is None or grounding >= min_grounding
+    kept = gain >= min_gain and echo <= max_echo and copied <= max_copy and on_topic and grounded
+    return Verdict(gain, echo, copied, kept, relevance, grounding)
+
+
+def opening_grounding(in_context: list[torch.Tensor], neutral: list[torch.Tensor], tokens: int) -> list[float]:
+    """Per rollout: mean logprob of its first `tokens` tokens after the real prompt minus after the
+    neutral one (each tensor holds one rollout's per-token logprobs; `neutral` may hold only the opening)."""
+    out = []
+    for real, plain in zip(in_context, neutral, strict=True):
+        n = min(tokens, len(real), len(plain))
+        out.append(float((real[:n] - plain[:n]).mean()) if n else 0.0)
+    return out
 
 
 def relevance(embedder: Any, texts: list[str], requests: list[str]) -> list[float | None]:

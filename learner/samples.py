@@ -245,6 +245,22 @@ def teacher_messages(messages: list[dict[str, Any]], hint: str) -> list[dict[str
     return out
 
 
+NEUTRAL_REQUEST = "Can you help me with something?"
+
+
+def neutral_prompt_ids(tokenizer: Any, sample: Sample) -> list[int]:
+    """Token ids of the sample's prompt with the conversation taken out: its system messages and
+    tools, then one neutral request (`NEUTRAL_REQUEST`), ending with the assistant generation prompt.
+    What the student writes here is what it writes whatever it is asked."""
+    messages = [_hermes(m) for m in sample.messages if m.get("role") in ("system", "developer")]
+    kwargs: dict[str, Any] = {"tools": sample.tools} if sample.tools else {}
+    text = tokenizer.apply_chat_template(
+        [*messages, {"role": "user", "content": NEUTRAL_REQUEST}], tokenize=False, add_generation_prompt=True,
+        **kwargs,
+    )
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def teacher_prompt_ids(tokenizer: Any, sample: Sample) -> list[int]:
     """Token ids of the hinted teacher context, ending with the assistant generation prompt."""
     if not sample.hint:

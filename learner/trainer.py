@@ -49,7 +49,7 @@ from learner.losses import (
     topk_forward_kl,
     topk_reverse_kl,
 )
-from learner.samples import Sample, assistant_texts, opening_request, teacher_prompt_ids
+from learner.samples import Sample, assistant_texts, neutral_prompt_ids, opening_request, teacher_prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +238,12 @@ class Learner:
         student = rollouts.scored(self.model, [samples[i].prompt_ids for i in turns], replies,
                                   device=self.device, chunk=cfg.logprob_chunk)
         texts = [self.tokenizer.decode(reply, skip_special_tokens=True) for reply in replies]
+        grounded: list[float | None] = [None] * len(turns)
+        if cfg.rollout_grounding_tokens:
+            openings = [reply[:cfg.rollout_grounding_tokens] for reply in replies]
+            neutral = rollouts.scored(self.model, [neutral_prompt_ids(self.tokenizer, samples[i]) for i in turns],
+                                      openings, device=self.device, chunk=cfg.logprob_chunk)
+            grounded = list(rollouts.opening_grounding(student, neutral, cfg.rollout_grounding_tokens))
         related: list[float | None] = [None] * len(turns)
         if cfg.rollout_min_relevance > 0:
             related = rollouts.relevance(self._sentence_embedder(), texts,
@@ -247,7 +253,8 @@ class Learner:
             verdict = rollouts.screen(
                 texts[j], hint=samples[i].hint or "", earlier=assistant_texts(samples[i].messages), gain=gain,
                 min_gain=cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo, max_copy=cfg.rollout_max_copy,
-                relevance=related[j], min_relevance=cfg.rollout_min_relevance)
+                relevance=related[j], min_relevance=cfg.rollout_min_relevance,
+                grounding=grounded[j], min_grounding=cfg.rollout_min_grounding)
             verdicts.setdefault(i, []).append((j, verdict))
         kept: list[int] = []  # rollout positions
         for i, group in verdicts.items():

@@ -116,3 +116,5 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(rollouts=2)
     with pytest.raises(ValueError, match="rollout_min_relevance"):
         TrainConfig(rollout_min_relevance=1.5)
+    with pytest.raises(ValueError, match="rollout_grounding_tokens"):
+        TrainConfig(rollout_grounding_tokens=-1)

@@ -1,5 +1,5 @@
-"""Which teacher rollouts are learned: echoes of the hint or of the conversation, and replies beside
-the user's request, are not.
+"""Which teacher rollouts are learned: echoes of the hint or of the conversation, replies beside the
+user's request and stock openings the student writes whatever it is asked, are not.
 
 The texts are teacher rollouts and hints seen in a bottomline benchmark run (scripts/rollout_probe.py).
 """
@@ -7,10 +7,11 @@ The texts are teacher rollouts and hints seen in a bottomline benchmark run (scr
 from __future__ import annotations
 
 import pytest
+import torch
 
 from learner.config import TrainConfig
-from learner.rollouts import Verdict, pick_best, relevance, screen, share_in
-from learner.samples import opening_request
+from learner.rollouts import Verdict, opening_grounding, pick_best, relevance, scored, screen, share_in
+from learner.samples import NEUTRAL_REQUEST, Sample, neutral_prompt_ids, opening_request
 
 DEFAULTS = {"min_gain": 0.0, "max_echo": 0.8, "max_copy": 0.5}
 MIN_RELEVANCE = TrainConfig().rollout_min_relevance
@@ -116,3 +117,62 @@ def test_no_request_means_no_relevance_check(embedder: object) -> None:
     assert relevance(embedder, ["Read a book in bed."], [""]) == [None]
     assert screen("Read a book in bed.", hint="x", earlier=[], gain=1.0, relevance=None, min_relevance=0.9,
                   **DEFAULTS).kept
+
+
+# Openings from the benchmark's recorded rollouts (brief and bottomline users) and answers to the
+# same training prompts; the student is the base model, the prompt a first turn.
+AVOCADO = "How do I pick a ripe avocado?"
+BATTERY = "What should I do if my car battery dies?"
+DELEGATE = "Should I delegate a task I could do faster myself?"
+STOCK_OPENINGS = [
+    (AVOCADO, "I'm here to help you find the perfect ripe avocado. You can find it in the market."),
+    (BATTERY, "I'm here to help with your request. Please provide the details of the issue you're facing."),
+    (DELEGATE, "I'm sorry for the misunderstanding, but as a chatbot, I'm designed to assist with digital tasks."),
+]
+ANSWER_OPENINGS = [
+    (AVOCADO, "Press it gently near the stem: a ripe avocado gives a little but is not mushy."),
+    (BATTERY, "If your car battery dies, don't panic. Call a friend for a jump start."),
+    (DELEGATE, "In short, you can delegate a task you could do faster yourself."),
+]
+
+
+def _first_turn(tokenizer: object, question: str) -> Sample:
+    messages = [{"role": "user", "content": question}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)  # type: ignore[attr-defined]
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore[operator]
+    return Sample(0, list(ids), [], [], 0, "Keep it short.", messages)
+
+
+def test_a_stock_opening_is_not_grounded_and_an_answer_is(model_path: str) -> None:
+    from core.modelload import load_model, load_tokenizer
+
+    tokenizer, model = load_tokenizer(model_path), load_model(model_path, device="cpu", dtype="float32")
+    cfg = TrainConfig()
+    pairs = STOCK_OPENINGS + ANSWER_OPENINGS
+    samples = [_first_turn(tokenizer, q) for q, _ in pairs]
+    replies = [tokenizer(t, add_special_tokens=False)["input_ids"] for _, t in pairs]
+    real = scored(model, [s.prompt_ids for s in samples], replies, device="cpu", chunk=256)
+    neutral = scored(model, [neutral_prompt_ids(tokenizer, s) for s in samples],
+                     [r[:cfg.rollout_grounding_tokens] for r in replies], device="cpu", chunk=256)
+    grounding = opening_grounding(real, neutral, cfg.rollout_grounding_tokens)
+    kept = [screen(t, hint="Keep it short.", earlier=[], gain=1.0, grounding=g, min_grounding=cfg.rollout_min_grounding,
+                   **DEFAULTS).kept for (_, t), g in zip(pairs, grounding, strict=True)]
+    assert kept == [False] * len(STOCK_OPENINGS) + [True] * len(ANSWER_OPENINGS), grounding
+
+
+def test_opening_grounding_compares_the_first_tokens_only() -> None:
+    real = [torch.tensor([-1.0, -1.0, -9.0]), torch.tensor([-2.0])]
+    neutral = [torch.tensor([-3.0, -2.0]), torch.tensor([-2.0, -5.0])]
+    assert opening_grounding(real, neutral, 2) == [1.5, 0.0]
+
+
+def test_the_neutral_prompt_keeps_the_system_message_and_drops_the_conversation(model_path: str) -> None:
+    from core.modelload import load_tokenizer
+
+    tokenizer = load_tokenizer(model_path)
+    messages = [{"role": "system", "content": "You answer in French."}, {"role": "user", "content": AVOCADO},
+                {"role": "assistant", "content": "Press it."}, {"role": "user", "content": "Too short."}]
+    text = tokenizer.decode(neutral_prompt_ids(tokenizer, Sample(0, [], [], [], 0, "x", messages)))
+    assert text.startswith("<|im_start|>system\nYou answer in French.<|im_end|>")
+    assert text.endswith(f"<|im_start|>user\n{NEUTRAL_REQUEST}<|im_end|>\n<|im_start|>assistant\n")
+    assert AVOCADO not in text and "Press it." not in text and "Too short." not in text
