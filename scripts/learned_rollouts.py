@@ -7,13 +7,17 @@ Each trained turn's `advantage` note lists the rollouts the hinted teacher wrote
 screen's verdict and whether the learner learned it. This counts them for every hinted main turn,
 apart for hints that state the rule (they contain `--marker`) and for the other complaints, and for
 first turns against redo turns: rollouts written, learned, learned and meeting the user's rule on a
-reply that passes the quality guard, learned and off topic. Unlike scripts/rollout_probe.py it
-generates nothing: these are the rollouts of the run itself, at the student of their own batch.
+reply that passes the quality guard, learned and off topic. A second table counts, for the rollouts
+not learned, each screen check they failed (one rollout can fail several), at the thresholds of
+the run's learner (defaults, with the run's `train_config.json` beside its DB applied). Unlike
+scripts/rollout_probe.py it generates nothing: these are the rollouts of the run itself, at the
+student of their own batch.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -21,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from learner.config import TrainConfig  # noqa: E402
 from scripts.rollout_probe import current_question  # noqa: E402
 
 KEYS = ("learned", "learned, meet the rule", "learned, off topic")
@@ -37,6 +42,8 @@ def main(db: Path, user_name: str, marker: str) -> None:
 
     user, guard = all_users()[user_name], QualityGuard()
     assert user.check is not None
+    config = TrainConfig.from_json({**TrainConfig().to_json(), **_overrides(db)})
+    failed: Counter[str] = Counter()
     counts: Counter[tuple[str, str, str]] = Counter()
     hints: Counter[tuple[str, str]] = Counter()
     with Session(create_engine(f"sqlite:///file:{db}?mode=ro&uri=true")) as s:
@@ -52,6 +59,8 @@ def main(db: Path, user_name: str, marker: str) -> None:
                 passed = guard.check(question, note["text"]).passed
                 met = passed and not user.check(note["text"])
                 learned = bool(note.get("learned"))
+                if not learned:
+                    failed.update(why_not(note, config))
                 for key, on in (("written", True), ("learned", learned), (KEYS[1], learned and met),
                                 (KEYS[2], learned and not passed)):
                     counts[(kind, when, key)] += on
@@ -64,6 +73,35 @@ def main(db: Path, user_name: str, marker: str) -> None:
             if hints[(kind, when)]:
                 cells = [str(counts[(kind, when, k)]) for k in ("written", *KEYS)]
                 print(f"| {kind} | {when} | {hints[(kind, when)]} | " + " | ".join(cells) + " |")
+    print("\n| not learned | " + " | ".join(CHECKS) + " |")
+    print("|---|" + "---|" * len(CHECKS))
+    not_learned = sum(n for k, n in counts.items() if k[2] == "written") - sum(
+        n for k, n in counts.items() if k[2] == "learned")
+    print(f"| {not_learned} | " + " | ".join(str(failed[c]) for c in CHECKS) + " |")
+
+
+CHECKS = ("gain", "echo", "copy", "relevance", "opening")
+
+
+def why_not(note: dict, config: TrainConfig) -> list[str]:
+    """The screen checks a stored rollout note failed (none: it was kept but not picked)."""
+    out = []
+    if note["gain"] < config.rollout_min_gain:
+        out.append("gain")
+    if note["echo"] > config.rollout_max_echo:
+        out.append("echo")
+    if note["copied"] > config.rollout_max_copy:
+        out.append("copy")
+    if note.get("relevance") is not None and note["relevance"] < config.rollout_min_relevance:
+        out.append("relevance")
+    if note.get("grounding") is not None and note["grounding"] < config.rollout_min_grounding:
+        out.append("opening")
+    return out
+
+
+def _overrides(db: Path) -> dict:
+    path = db.parent / "train_config.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 if __name__ == "__main__":
