@@ -45,6 +45,9 @@ as the teacher prompt passes them, and "Can you help me with something?") must r
 opening scored at most 0.46, a learned answer's opening 0.86 and up. The cost: a short answer
 whose words fit any question ("In short, yes: it frees your time for work only you can do."
 scored 0.19) is dropped too.
+
+A rollout that writes the header the hint was introduced with ("[user's hint / instruction]") is
+the teacher continuing its own context, not answering; it is never learned.
 """
 
 from __future__ import annotations
@@ -123,18 +126,21 @@ class Verdict:
     kept: bool
     relevance: float | None = None  # similarity to the opening user message (None: not checked)
     grounding: float | None = None  # how much likelier the conversation makes the opening (None: not checked)
+    leaked: bool = False  # the rollout writes the teacher context's hint header
 
 
 def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
           max_copy: float, relevance: float | None = None, min_relevance: float = 0.0,
-          grounding: float | None = None, min_grounding: float = 0.0) -> Verdict:
+          grounding: float | None = None, min_grounding: float = 0.0, header: str = "") -> Verdict:
     """Whether a rollout is learned: the hint made it likelier, it is no echo of the hint or the chat,
-    and (each when given) it is about what the user asked and its opening depends on it."""
+    (each when given) it is about what the user asked and its opening depends on it, and it does not
+    write the `header` that introduced the hint in the teacher's context."""
     echo, copied = share_in(hint, text), share_in(text, "\n".join(earlier))
     on_topic = relevance is None or relevance >= min_relevance
     grounded = grounding is None or grounding >= min_grounding
-    kept = gain >= min_gain and echo <= max_echo and copied <= max_copy and on_topic and grounded
-    return Verdict(gain, echo, copied, kept, relevance, grounding)
+    leaked = bool(header) and header in text
+    kept = gain >= min_gain and echo <= max_echo and copied <= max_copy and on_topic and grounded and not leaked
+    return Verdict(gain, echo, copied, kept, relevance, grounding, leaked)
 
 
 def opening_grounding(in_context: list[torch.Tensor], neutral: list[torch.Tensor], tokens: int) -> list[float]:

@@ -49,7 +49,14 @@ from learner.losses import (
     topk_forward_kl,
     topk_reverse_kl,
 )
-from learner.samples import Sample, assistant_texts, neutral_prompt_ids, opening_request, teacher_prompt_ids
+from learner.samples import (
+    HINT_HEADER,
+    Sample,
+    assistant_texts,
+    neutral_prompt_ids,
+    opening_request,
+    teacher_prompt_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +261,7 @@ class Learner:
                 texts[j], hint=samples[i].hint or "", earlier=assistant_texts(samples[i].messages), gain=gain,
                 min_gain=cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo, max_copy=cfg.rollout_max_copy,
                 relevance=related[j], min_relevance=cfg.rollout_min_relevance,
-                grounding=grounded[j], min_grounding=cfg.rollout_min_grounding)
+                grounding=grounded[j], min_grounding=cfg.rollout_min_grounding, header=HINT_HEADER.strip())
             verdicts.setdefault(i, []).append((j, verdict))
         kept: list[int] = []  # rollout positions
         for i, group in verdicts.items():

@@ -176,3 +176,15 @@ def test_the_neutral_prompt_keeps_the_system_message_and_drops_the_conversation(
     assert text.startswith("<|im_start|>system\nYou answer in French.<|im_end|>")
     assert text.endswith(f"<|im_start|>user\n{NEUTRAL_REQUEST}<|im_end|>\n<|im_start|>assistant\n")
     assert AVOCADO not in text and "Press it." not in text and "Too short." not in text
+
+
+def test_a_rollout_that_writes_the_hint_header_is_not_learned() -> None:
+    """Seen in a student run: the teacher wrote the question, then the header of its own context."""
+    from learner.samples import HINT_HEADER
+
+    text = "Why do birds migrate?\n\n[user's hint / instruction]\nThe answer is: birds follow food."
+    verdict = screen(text, hint="Way too long. Keep it much shorter.", earlier=[], gain=1.0,
+                     header=HINT_HEADER.strip(), **DEFAULTS)
+    assert verdict.leaked and not verdict.kept
+    assert screen("Birds migrate to follow food.", hint="Keep it shorter.", earlier=[], gain=1.0,
+                  header=HINT_HEADER.strip(), **DEFAULTS).kept
