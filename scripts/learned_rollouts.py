@@ -80,7 +80,7 @@ def main(db: Path, user_name: str, marker: str) -> None:
     print(f"| {not_learned} | " + " | ".join(str(failed[c]) for c in CHECKS) + " |")
 
 
-CHECKS = ("gain", "echo", "copy", "relevance", "opening")
+CHECKS = ("gain", "echo", "copy", "relevance", "opening", "header")
 
 
 def why_not(note: dict, config: TrainConfig) -> list[str]:
@@ -96,6 +96,8 @@ def why_not(note: dict, config: TrainConfig) -> list[str]:
         out.append("relevance")
     if note.get("grounding") is not None and note["grounding"] < config.rollout_min_grounding:
         out.append("opening")
+    if note.get("leaked"):
+        out.append("header")
     return out
 
 
