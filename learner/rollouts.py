@@ -53,7 +53,7 @@ the teacher continuing its own context, not answering; it is never learned.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -135,12 +135,21 @@ def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: f
     """Whether a rollout is learned: the hint made it likelier, it is no echo of the hint or the chat,
     (each when given) it is about what the user asked and its opening depends on it, and it does not
     write the `header` that introduced the hint in the teacher's context."""
-    echo, copied = share_in(hint, text), share_in(text, "\n".join(earlier))
-    on_topic = relevance is None or relevance >= min_relevance
-    grounded = grounding is None or grounding >= min_grounding
-    leaked = bool(header) and header in text
-    kept = gain >= min_gain and echo <= max_echo and copied <= max_copy and on_topic and grounded and not leaked
-    return Verdict(gain, echo, copied, kept, relevance, grounding, leaked)
+    verdict = Verdict(gain, share_in(hint, text), share_in(text, "\n".join(earlier)), False, relevance, grounding,
+                      bool(header) and header in text)
+    failed = failed_checks(verdict, min_gain=min_gain, max_echo=max_echo, max_copy=max_copy,
+                           min_relevance=min_relevance, min_grounding=min_grounding)
+    return replace(verdict, kept=not failed)
+
+
+def failed_checks(v: Verdict, *, min_gain: float, max_echo: float, max_copy: float, min_relevance: float,
+                  min_grounding: float) -> list[str]:
+    """The screen checks a verdict's measurements fail (a check not measured, None, passes)."""
+    return [name for name, bad in (
+        ("gain", v.gain < min_gain), ("echo", v.echo > max_echo), ("copy", v.copied > max_copy),
+        ("relevance", v.relevance is not None and v.relevance < min_relevance),
+        ("opening", v.grounding is not None and v.grounding < min_grounding), ("header", v.leaked),
+    ) if bad]
 
 
 def opening_grounding(in_context: list[torch.Tensor], neutral: list[torch.Tensor], tokens: int) -> list[float]:

@@ -253,20 +253,18 @@ def neutral_prompt_ids(tokenizer: Any, sample: Sample) -> list[int]:
     tools, then one neutral request (`NEUTRAL_REQUEST`), ending with the assistant generation prompt.
     What the student writes here is what it writes whatever it is asked."""
     messages = [_hermes(m) for m in sample.messages if m.get("role") in ("system", "developer")]
-    kwargs: dict[str, Any] = {"tools": sample.tools} if sample.tools else {}
-    text = tokenizer.apply_chat_template(
-        [*messages, {"role": "user", "content": NEUTRAL_REQUEST}], tokenize=False, add_generation_prompt=True,
-        **kwargs,
-    )
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return _prompt_ids(tokenizer, [*messages, {"role": "user", "content": NEUTRAL_REQUEST}], sample.tools)
 
 
 def teacher_prompt_ids(tokenizer: Any, sample: Sample) -> list[int]:
     """Token ids of the hinted teacher context, ending with the assistant generation prompt."""
     if not sample.hint:
         raise ValueError(f"turn {sample.turn_id} has no hint")
-    kwargs: dict[str, Any] = {"tools": sample.tools} if sample.tools else {}
-    text = tokenizer.apply_chat_template(
-        teacher_messages(sample.messages, sample.hint), tokenize=False, add_generation_prompt=True, **kwargs
-    )
+    return _prompt_ids(tokenizer, teacher_messages(sample.messages, sample.hint), sample.tools)
+
+
+def _prompt_ids(tokenizer: Any, messages: list[dict[str, str]], tools: list[dict[str, Any]] | None) -> list[int]:
+    """Token ids of `messages` in the tokenizer's chat template, ending with the generation prompt."""
+    kwargs: dict[str, Any] = {"tools": tools} if tools else {}
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from learner.config import TrainConfig  # noqa: E402
+from learner.rollouts import Verdict, failed_checks  # noqa: E402
 from scripts.rollout_probe import current_question  # noqa: E402
 
 KEYS = ("learned", "learned, meet the rule", "learned, off topic")
@@ -85,20 +86,11 @@ CHECKS = ("gain", "echo", "copy", "relevance", "opening", "header")
 
 def why_not(note: dict, config: TrainConfig) -> list[str]:
     """The screen checks a stored rollout note failed (none: it was kept but not picked)."""
-    out = []
-    if note["gain"] < config.rollout_min_gain:
-        out.append("gain")
-    if note["echo"] > config.rollout_max_echo:
-        out.append("echo")
-    if note["copied"] > config.rollout_max_copy:
-        out.append("copy")
-    if note.get("relevance") is not None and note["relevance"] < config.rollout_min_relevance:
-        out.append("relevance")
-    if note.get("grounding") is not None and note["grounding"] < config.rollout_min_grounding:
-        out.append("opening")
-    if note.get("leaked"):
-        out.append("header")
-    return out
+    verdict = Verdict(note["gain"], note["echo"], note["copied"], note["learned"], note.get("relevance"),
+                      note.get("grounding"), bool(note.get("leaked")))
+    return failed_checks(verdict, min_gain=config.rollout_min_gain, max_echo=config.rollout_max_echo,
+                         max_copy=config.rollout_max_copy, min_relevance=config.rollout_min_relevance,
+                         min_grounding=config.rollout_min_grounding)
 
 
 def _overrides(db: Path) -> dict:
