@@ -20,6 +20,8 @@ SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
 # "In short," or "In short:" as the reply's first words, then the answer itself.
 BOTTOM_LINE = re.compile(r"^[\W_]*in short\s*[,:\-–—]\s*\S", re.I)
+# A numbered step: "1." or "1)" at the start of a line (after optional markdown emphasis), then text.
+STEP = re.compile(r"^\s*\**(\d{1,2})[.)]\**\s+\S", re.M)
 
 
 @dataclass(frozen=True)
@@ -84,4 +86,16 @@ def check_bottomline(text: str) -> list[Violation]:
     """A reader who wants the bottom line first: the reply opens with "In short," and an answer."""
     if not BOTTOM_LINE.match(text.strip()):
         return [Violation("bottom_line", "does not open with 'In short,' and the answer")]
+    return []
+
+
+def check_steps(text: str, *, min_steps: int = 2) -> list[Violation]:
+    """Procedures as numbered steps: lines numbered 1, 2, ... in order, at least `min_steps` of them."""
+    numbers = [int(n) for n in STEP.findall(text)]
+    run = 0
+    for n in numbers:
+        if n == run + 1:
+            run = n
+    if run < min_steps:
+        return [Violation("steps", f"{run} numbered steps in order, fewer than {min_steps}")]
     return []

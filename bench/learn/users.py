@@ -89,6 +89,12 @@ BOTTOM_LINE = (
     "That's not the bottom line first. Begin with 'In short,', then the detail if you must.",
     "Where's the bottom line? Begin the reply with 'In short,' next time.",
 )
+STEPS = (
+    "I can't follow a block of text. Lay it out as numbered steps, 1, 2, 3.",
+    "Please number the steps, one per line, so I can tick them off.",
+    "Give me this as a numbered list of steps next time.",
+    "Where are the steps? Write them as 1., 2., 3. on separate lines.",
+)
 TOOL_FAILED = (
     "The weather lookup failed. Write the date like 2027-03-14, and units are celsius or fahrenheit.",
     "That didn't work, the tool rejected the call. Use a YYYY-MM-DD date.",
@@ -157,7 +163,7 @@ def load_pool(name: str) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
 
 @cache
 def all_users() -> dict[str, User]:
-    """The benchmark's users by name: four text preferences and one tool-use agent."""
+    """The benchmark's users by name: five text preferences and one tool-use agent."""
     from bench.learn.tools import WEATHER_TOOL
 
     def user(name: str, description: str, hint: str, check: Callable[[str], list[Violation]] | None,
@@ -183,6 +189,10 @@ def all_users() -> dict[str, User]:
             "bottomline", "a manager who wants the bottom line first: the reply opens with 'In short,'",
             "Begin your reply with 'In short,' followed by the answer.", rules.check_bottomline,
             corrections={"bottom_line": BOTTOM_LINE}),
+        "steps": user(
+            "steps", "a new hire who wants how-to answers as numbered steps, one per line",
+            "Answer as a numbered list of steps: 1., 2., 3., one step per line.", rules.check_steps,
+            corrections={"steps": STEPS}),
         "weather": user(
             "weather", "an agent task: call get_weather with an ISO date and a units enum value",
             "Call get_weather with the date written as YYYY-MM-DD and units set to celsius or fahrenheit.",

@@ -67,6 +67,23 @@ def test_bottomline_rule(text: str, codes: list[str]) -> None:
     assert [v.code for v in rules.check_bottomline(text)] == codes
 
 
+STEPS = [
+    ("1. Rinse the pan.\n2. Dry it on the hob.\n3. Oil it lightly.", []),
+    ("Here is how:\n\n1) Rinse the pan.\n2) Dry it.", []),  # an intro line before the steps is fine
+    ("**1.** Rinse the pan.\n**2.** Dry it.", []),
+    ("1. Rinse the pan, dry it and oil it.", ["steps"]),  # one step is not a list of steps
+    ("Rinse the pan. 1. Dry it. 2. Oil it.", ["steps"]),  # numbers inside prose are not steps
+    ("2. Dry it.\n3. Oil it.", ["steps"]),  # the steps start at 1
+    ("- Rinse the pan.\n- Dry it.", ["steps"]),  # bullets are not numbered
+    ("Rinse the pan, then dry it and oil it lightly.", ["steps"]),
+]
+
+
+@pytest.mark.parametrize(("text", "codes"), STEPS)
+def test_steps_rule(text: str, codes: list[str]) -> None:
+    assert [v.code for v in rules.check_steps(text)] == codes
+
+
 CALLS = [
     ({"city": "Paris", "date": "2027-03-14", "units": "celsius"}, True, True, None),
     ({"city": "paris", "date": "2027-03-14", "units": "celsius"}, True, True, None),
@@ -131,6 +148,8 @@ def test_reactions_never_state_a_score_and_name_the_fault() -> None:
     assert "one sentence" in " ".join(teacher.corrections["too_long"]).lower()
     bottomline = all_users()["bottomline"]
     assert all("In short," in p for p in bottomline.corrections["bottom_line"])
+    steps = all_users()["steps"]
+    assert all("number" in p.lower() or "1." in p for p in steps.corrections["steps"])
 
 
 def test_follow_up_asks_a_new_question_or_a_redo() -> None:
