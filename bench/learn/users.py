@@ -90,10 +90,10 @@ BOTTOM_LINE = (
     "Where's the bottom line? Begin the reply with 'In short,' next time.",
 )
 STEPS = (
-    "I can't follow a block of text. Lay it out as numbered steps, 1, 2, 3.",
-    "Please number the steps, one per line, so I can tick them off.",
-    "Give me this as a numbered list of steps next time.",
-    "Where are the steps? Write them as 1., 2., 3. on separate lines.",
+    "That's one long block of text and I can't follow it. Lay it out as numbered steps, 1, 2, 3.",
+    "You didn't number the steps. Put each one on its own line: 1., 2., 3.",
+    "This is a paragraph, not a list of steps. Give me numbered steps next time.",
+    "Where are the steps? I asked for them numbered, one per line.",
 )
 TOOL_FAILED = (
     "The weather lookup failed. Write the date like 2027-03-14, and units are celsius or fahrenheit.",
