@@ -14,8 +14,20 @@ from bench.learn.users import control_for
 def test_quick_is_one_user_off_and_combined() -> None:
     plan = plan_from(parse(["--quick"]))
     assert (plan.users, plan.methods, plan.interactions) == (("student",), ("off", "combined"), 32)
-    assert plan.train_config is None and plan.temperature == 0.8
-    assert plan_from(parse(["--quick", "--temperature", "0.2"])).temperature == 0.2
+    assert plan_from(parse(["--quick", "--temperature", "0.8"])).temperature == 0.8
+
+
+def test_the_plain_command_runs_the_headline_settings(tmp_path: Path) -> None:
+    """Without --train-config and --temperature, a run uses what the documented figures used."""
+    shipped = json.loads((Path(__file__).resolve().parents[2] / "bench/learn/train_configs"
+                          / "rollout_instructions.json").read_text())
+    for argv in ([], ["--quick"]):
+        plan = plan_from(parse(argv))
+        assert plan.train_config == shipped and plan.train_config["rollouts"] >= 1
+        assert plan.temperature == 0.2
+    empty = tmp_path / "none.json"
+    empty.write_text("{}")
+    assert plan_from(parse(["--train-config", str(empty)])).train_config is None  # the learner's defaults
 
 
 def test_a_train_config_file_is_checked_and_carried_to_every_server(tmp_path: Path) -> None:
@@ -46,8 +58,9 @@ def test_a_tag_must_be_safe_in_file_names() -> None:
 
 
 def test_the_full_run_trains_users_whose_neighbours_have_other_rules() -> None:
-    """Each user's control is the next user; student and brief (both reward short prose) never meet."""
+    """Each user's control is the next user; no two users whose rules reward short prose meet."""
     plan = plan_from(parse([]))
     controls = {user: control_for(plan.users, user) for user in plan.users}
-    assert controls["student"] != "brief" and controls["brief"] != "student"
-    assert "teacher" not in plan.users and "bottomline" in plan.users
+    short = {"student", "brief"}
+    assert not any(user in short and control in short for user, control in controls.items())
+    assert "teacher" not in plan.users and {"bottomline", "steps"} <= set(plan.users)
