@@ -8,8 +8,9 @@ writes "I'm sorry for your loss…". `instructions` drops the complaint before t
 and keeps the rest as written. It reads English imperatives by the first word of each clause, after
 softeners like "please" or "just": a verb from `VERBS`, a negation ("Don't…", "No bullet points…"), "you
 should/need to/must…" or "I want/need…". A short instruction that points back ("Leave it out.")
-keeps the sentence before it, which names what "it" is. A correction with no instruction sentence
-is kept whole.
+keeps the sentence before it, which names what "it" is; so does one of any length whose object is
+"them", "these", "those" or "each one" ("Put each one on its own line."): a plural points at things
+the sentence before named. A correction with no instruction sentence is kept whole.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from judges.reaction import sentences, without_sentences
 VERBS = frozenset((
     "add", "answer", "ask", "avoid", "begin", "break", "call", "change", "check", "cite", "convert", "cut",
     "delete", "describe", "drop", "end", "explain", "finish", "fix", "focus", "follow", "format", "give", "go",
-    "include", "keep", "lead", "leave", "limit", "list", "lose", "make", "mention", "move", "name", "number",
+    "include", "keep", "lay", "lead", "leave", "limit", "list", "lose", "make", "mention", "move", "name", "number",
     "open", "place", "put", "quote", "remove", "rename", "rephrase", "replace", "reply", "respond", "rewrite",
     "say", "separate", "shorten", "show", "simplify", "skip", "split", "start", "state", "stay", "stick",
     "stop", "summarise", "summarize", "swap", "switch", "tell", "trim", "turn", "use", "wrap", "write",
@@ -35,6 +36,9 @@ NEGATIONS = ("don't ", "dont ", "do not ", "never ", "no ", "always ")  # "stop"
 _MODAL = re.compile(r"^(you (should|must|need to|have to|'ll have to|will have to|ought to)"
                     r"|i (need|want|'d like|would like|prefer)) ", re.I)
 _POINTS_BACK = re.compile(r"\b(it|that|this|them|those|these)\b", re.I)
+# The object right after the verb is a plural pronoun: "Put each one ...", "Write them ...".
+_PLURAL_OBJECT = re.compile(r"^\W*(?:(?:please|just|now|then|so|and)\s+)*[a-z']+\s+"
+                            r"(them|these|those|each one|each of them|all of them)\b", re.I)
 _WORD = re.compile(r"[a-z']+")
 _CLAUSES = re.compile(r"\s*[,;:–—]\s+|\s+-\s+")  # commas, semicolons, colons and dashes between clauses
 SHORT_WORDS = 4  # "Leave it out." or "Cut that bit." points back; "Keep it under 25 words." does not
@@ -64,8 +68,10 @@ def has_instruction(text: str) -> bool:
 
 
 def points_back(sentence: str) -> bool:
-    """A short instruction whose object is a pronoun, so it needs the sentence before it ("Use this
-    instead:" points at what follows)."""
+    """An instruction whose object is a pronoun, so it needs the sentence before it: a short one with
+    any pronoun ("Use this instead:" points at what follows), or one whose verb takes a plural."""
+    if _PLURAL_OBJECT.match(sentence):
+        return True
     short = len(sentence.split()) <= SHORT_WORDS and not sentence.rstrip().endswith(":")
     return short and bool(_POINTS_BACK.search(sentence))
 

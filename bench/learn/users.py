@@ -95,6 +95,11 @@ STEPS = (
     "This is a paragraph, not a list of steps. Give me numbered steps next time.",
     "Where are the steps? I asked for them numbered, one per line.",
 )
+STEPS_TOO_LONG = (
+    "The list ran on and got cut off. Three or four short steps are plenty.",
+    "Too long, it got cut off halfway. Keep each step to a few words.",
+    "I lost you before the end. Fewer, shorter steps please.",
+)
 TOOL_FAILED = (
     "The weather lookup failed. Write the date like 2027-03-14, and units are celsius or fahrenheit.",
     "That didn't work, the tool rejected the call. Use a YYYY-MM-DD date.",
@@ -192,7 +197,7 @@ def all_users() -> dict[str, User]:
         "steps": user(
             "steps", "a new hire who wants how-to answers as numbered steps, one per line",
             "Answer as a numbered list of steps: 1., 2., 3., one step per line.", rules.check_steps,
-            corrections={"steps": STEPS}),
+            corrections={"steps": STEPS, "too_long": STEPS_TOO_LONG}),
         "weather": user(
             "weather", "an agent task: call get_weather with an ISO date and a units enum value",
             "Call get_weather with the date written as YYYY-MM-DD and units set to celsius or fahrenheit.",

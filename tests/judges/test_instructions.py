@@ -22,6 +22,7 @@ INSTRUCTIONS = [
     "Next time lead with the price.", "Always include the units.", "Make sure the JSON is valid.",
     "Cut it.", "Wrong units, give me Celsius.", "I'm on my phone, so make it short.",
     "Too wordy; I need the one-line version.", "That's the old API – use the new client.",
+    "Lay the figures out in a table.",
 ]
 COMPLAINTS = [
     "Way off, I can't use this in the report.", "That is wrong.", "This is not what I asked for.",
@@ -36,7 +37,7 @@ COMPLAINTS = [
 def test_the_tables_are_not_the_simulators_phrasings() -> None:
     simulated = {c for group in users.CORRECTIONS.values() for c in group}
     simulated |= {*users.BOTTOM_LINE, *users.TOOL_FAILED, *users.TOOL_MISSING, *users.BRIEF_TOO_LONG,
-                  *users.TEACHER_TOO_LONG}
+                  *users.TEACHER_TOO_LONG, *users.STEPS, *users.STEPS_TOO_LONG}
     written = INSTRUCTIONS + COMPLAINTS
     assert not any(s in c for s in written for c in simulated)
 
@@ -60,6 +61,15 @@ def test_complaints_are_not_instructions(sentence: str) -> None:
     ("The signature at the bottom looks odd. Remove it.", "The signature at the bottom looks odd. Remove it."),
     ("Too many exclamation marks in that one. Please cut them.",
      "Too many exclamation marks in that one. Please cut them."),
+    # ... and so does a longer one whose object is a plural pronoun: it names nothing by itself
+    ("You left the imports unsorted. Sort them alphabetically, standard library first.",
+     "You left the imports unsorted. Sort them alphabetically, standard library first."),
+    ("The headers are missing units. Please give each one its unit in brackets.",
+     "The headers are missing units. Please give each one its unit in brackets."),
+    ("Those links are dead. Replace these with archived copies from the wayback machine.",
+     "Those links are dead. Replace these with archived copies from the wayback machine."),
+    # a longer one about "it" (most often the reply itself) stands alone
+    ("Way off. Keep it under fifty words and plain.", "Keep it under fifty words and plain."),
     # nothing to keep apart: the correction stays whole
     ("That is wrong, the function still crashes on empty input.",
      "That is wrong, the function still crashes on empty input."),
