@@ -73,6 +73,10 @@ class TrainConfig:
     rollout_max_copy: float = _f(
         0.5, "Learn a rollout only if at most this share of its word trigrams repeats earlier assistant "
         "replies of the conversation (1 keeps every rollout).")
+    rollout_max_repeat: float = _f(
+        0.12, "Learn a rollout only if at most this share of its word trigrams repeats one earlier in it (the "
+        "135M teacher loops: '3. Bake the bread 4. Bake the bread ...'; 1 keeps every rollout). Read off two "
+        "steps runs' rollouts: those that read cleanly scored at most 0.11, loops 0.15 and up.")
     rollout_min_relevance: float = _f(
         0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "
@@ -131,8 +135,9 @@ class TrainConfig:
             problems.append(f"rollout_grounding_tokens={self.rollout_grounding_tokens}: set 0 or more")
         if not -1 <= self.rollout_min_relevance <= 1:
             problems.append(f"rollout_min_relevance={self.rollout_min_relevance}: a similarity, set it in [-1, 1]")
-        if not (0 <= self.rollout_max_echo <= 1 and 0 <= self.rollout_max_copy <= 1):
-            problems.append("rollout_max_echo and rollout_max_copy are shares: set them in [0, 1]")
+        shares = (self.rollout_max_echo, self.rollout_max_copy, self.rollout_max_repeat)
+        if not all(0 <= share <= 1 for share in shares):
+            problems.append("rollout_max_echo, rollout_max_copy and rollout_max_repeat are shares: set them in [0, 1]")
         if self.rollouts > 1 and self.rollout_temperature == 0:
             problems.append(f"rollouts={self.rollouts} at rollout_temperature=0 writes one greedy reply "
                             "several times: set rollouts=1 or a temperature above 0")

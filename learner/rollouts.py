@@ -118,6 +118,15 @@ def share_in(text: str, source: str) -> float:
     return len(grams & trigrams(source)) / len(grams) if grams else 0.0
 
 
+def repeated(text: str) -> float:
+    """Share of `text`'s word trigrams that repeat one earlier in it: a degenerate loop ("3. Bake the
+    bread 4. Bake the bread 5. ...", "a spare tire, a spare tire") scores high, prose near 0. List
+    numbers are not words here, or they would make each looped line new."""
+    words = [w for w in WORD.findall(text.lower().replace("’", "'")) if not w.isdigit()]
+    grams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
+    return 1 - len(set(grams)) / len(grams) if grams else 0.0
+
+
 @dataclass(frozen=True)
 class Verdict:
     gain: float  # mean teacher-minus-student logprob per rollout token
@@ -127,28 +136,31 @@ class Verdict:
     relevance: float | None = None  # similarity to the opening user message (None: not checked)
     grounding: float | None = None  # how much likelier the conversation makes the opening (None: not checked)
     leaked: bool = False  # the rollout writes the teacher context's hint header
+    repeated: float = 0.0  # share of its own trigrams the rollout repeats (a loop)
 
 
 def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
           max_copy: float, relevance: float | None = None, min_relevance: float = 0.0,
-          grounding: float | None = None, min_grounding: float = 0.0, header: str = "") -> Verdict:
+          grounding: float | None = None, min_grounding: float = 0.0, header: str = "",
+          max_repeat: float = 1.0) -> Verdict:
     """Whether a rollout is learned: the hint made it likelier, it is no echo of the hint or the chat,
-    (each when given) it is about what the user asked and its opening depends on it, and it does not
-    write the `header` that introduced the hint in the teacher's context."""
+    (each when given) it is about what the user asked and its opening depends on it, it does not
+    write the `header` that introduced the hint in the teacher's context, and it does not loop."""
     verdict = Verdict(gain, share_in(hint, text), share_in(text, "\n".join(earlier)), False, relevance, grounding,
-                      bool(header) and header in text)
+                      bool(header) and header in text, repeated(text))
     failed = failed_checks(verdict, min_gain=min_gain, max_echo=max_echo, max_copy=max_copy,
-                           min_relevance=min_relevance, min_grounding=min_grounding)
+                           min_relevance=min_relevance, min_grounding=min_grounding, max_repeat=max_repeat)
     return replace(verdict, kept=not failed)
 
 
 def failed_checks(v: Verdict, *, min_gain: float, max_echo: float, max_copy: float, min_relevance: float,
-                  min_grounding: float) -> list[str]:
+                  min_grounding: float, max_repeat: float = 1.0) -> list[str]:
     """The screen checks a verdict's measurements fail (a check not measured, None, passes)."""
     return [name for name, bad in (
         ("gain", v.gain < min_gain), ("echo", v.echo > max_echo), ("copy", v.copied > max_copy),
         ("relevance", v.relevance is not None and v.relevance < min_relevance),
         ("opening", v.grounding is not None and v.grounding < min_grounding), ("header", v.leaked),
+        ("repeat", v.repeated > max_repeat),
     ) if bad]
 
 

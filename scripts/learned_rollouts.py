@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from learner.config import TrainConfig  # noqa: E402
-from learner.rollouts import Verdict, failed_checks  # noqa: E402
+from learner.rollouts import Verdict, failed_checks, repeated  # noqa: E402
 from scripts.rollout_probe import current_question  # noqa: E402
 
 KEYS = ("learned", "learned, meet the rule", "learned, off topic")
@@ -81,16 +81,16 @@ def main(db: Path, user_name: str, marker: str) -> None:
     print(f"| {not_learned} | " + " | ".join(str(failed[c]) for c in CHECKS) + " |")
 
 
-CHECKS = ("gain", "echo", "copy", "relevance", "opening", "header")
+CHECKS = ("gain", "echo", "copy", "relevance", "opening", "header", "repeat")
 
 
 def why_not(note: dict, config: TrainConfig) -> list[str]:
     """The screen checks a stored rollout note failed (none: it was kept but not picked)."""
     verdict = Verdict(note["gain"], note["echo"], note["copied"], note["learned"], note.get("relevance"),
-                      note.get("grounding"), bool(note.get("leaked")))
+                      note.get("grounding"), bool(note.get("leaked")), repeated(note["text"]))
     return failed_checks(verdict, min_gain=config.rollout_min_gain, max_echo=config.rollout_max_echo,
                          max_copy=config.rollout_max_copy, min_relevance=config.rollout_min_relevance,
-                         min_grounding=config.rollout_min_grounding)
+                         min_grounding=config.rollout_min_grounding, max_repeat=config.rollout_max_repeat)
 
 
 def _overrides(db: Path) -> dict:

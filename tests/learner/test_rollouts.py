@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from learner.config import TrainConfig
-from learner.rollouts import Verdict, opening_grounding, pick_best, relevance, scored, screen, share_in
+from learner.rollouts import Verdict, opening_grounding, pick_best, relevance, repeated, scored, screen, share_in
 from learner.samples import NEUTRAL_REQUEST, Sample, neutral_prompt_ids, opening_request
 
 DEFAULTS = {"min_gain": 0.0, "max_echo": 0.8, "max_copy": 0.5}
@@ -44,6 +44,23 @@ def test_a_rollout_the_hint_did_not_make_likelier_is_not_learned() -> None:
     text, hint = "In short, you should not.", "Start with 'In short,'."
     assert screen(text, hint=hint, earlier=[], gain=0.2, **DEFAULTS).kept
     assert not screen(text, hint=hint, earlier=[], gain=-0.1, **DEFAULTS).kept
+
+
+# Loops the teacher wrote in a steps run (the first two) and replies that only look repetitive.
+@pytest.mark.parametrize(("text", "loops"), [
+    ("To make a loaf of bread at home, here are the numbered steps:\n\n1. **Preheat the oven**\n2. **Prepare "
+     "the dough**\n3. **Bake the bread**\n4. **Bake the bread**\n5. **Bake the bread**\n6. **B", True),
+    ("Pack a few essentials like a spare tire, a flashlight, a spare tire, a spare tire, a spare tire, a spare "
+     "tire, a spare tire", True),
+    ("1. Rinse the pan in hot water.\n2. Dry the pan on the hob.\n3. Rub the pan with a little oil.", False),
+    ("In short, I'd suggest you switch to a cheaper internet provider for the office.", False),
+    ("Check the filter, then check the hose, then check the bag.", False),
+])
+def test_a_rollout_that_loops_is_not_learned(text: str, loops: bool) -> None:
+    max_repeat = TrainConfig().rollout_max_repeat
+    assert (repeated(text) > max_repeat) is loops, repeated(text)
+    verdict = screen(text, hint="Number the steps.", earlier=[], gain=1.0, max_repeat=max_repeat, **DEFAULTS)
+    assert verdict.kept is not loops and verdict.repeated == pytest.approx(repeated(text))
 
 
 def test_share_in_counts_word_trigrams() -> None:
