@@ -32,8 +32,12 @@ def test_threshold_generalizes_to_labels_it_was_not_fitted_on(guard: QualityGuar
     ("leaves leaves leaves leaves leaves leaves leaves", "repetitive"),
     ("Why do leaves change colour in autumn? Why do leaves change colour?", "echo"),
     ("😀 ok 😀 so 😀 yes 😀 and 😀 no 😀 🍂🍂🍂🍂🍂🍂🍂🍂🍂", "not_text"),
+    ("1. Check the leaves in the garden.\n2. Check the leaves in the garden.\n3. Check the leaves in the park.",
+     "loops"),
+    # numbered steps that say different things pass, however alike their numbers and openings
+    ("1. Check the leaves for yellow.\n2. Check the stems for red.\n3. Check the soil for damp.", None),
 ])
-def test_degenerate_replies_fail_before_any_model(reply: str, reason: str) -> None:
+def test_degenerate_replies_fail_before_any_model(reply: str, reason: str | None) -> None:
     assert surface_failure("Why do leaves change colour in autumn?", reply) == reason
 
 
