@@ -208,7 +208,8 @@ def plot(results: dict[str, Any], user: str, path: Path) -> None:
     ax.set(xlabel="training interactions", ylabel="held-out satisfaction", ylim=(-0.02, 1.02),
            title=f"{user} (seeds {', '.join(map(str, results['plan']['seeds']))})")
     ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # a user not trained on yet (mid-run rewrite) has no line
+        ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
