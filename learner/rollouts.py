@@ -107,9 +107,17 @@ def generate(
     return replies
 
 
+def words(text: str) -> list[str]:
+    """Lower-cased words, curly apostrophes read as straight ones."""
+    return WORD.findall(text.lower().replace("’", "'"))
+
+
+def word_trigrams(items: list[str]) -> list[tuple[str, ...]]:
+    return [tuple(items[i:i + 3]) for i in range(len(items) - 2)]
+
+
 def trigrams(text: str) -> set[tuple[str, ...]]:
-    words = WORD.findall(text.lower().replace("’", "'"))
-    return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
+    return set(word_trigrams(words(text)))
 
 
 def share_in(text: str, source: str) -> float:
@@ -122,8 +130,7 @@ def repeated(text: str) -> float:
     """Share of `text`'s word trigrams that repeat one earlier in it: a degenerate loop ("3. Bake the
     bread 4. Bake the bread 5. ...", "a spare tire, a spare tire") scores high, prose near 0. List
     numbers are not words here, or they would make each looped line new."""
-    words = [w for w in WORD.findall(text.lower().replace("’", "'")) if not w.isdigit()]
-    grams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
+    grams = word_trigrams([w for w in words(text) if not w.isdigit()])
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
 
 
