@@ -141,33 +141,40 @@ def _consider(
         turn.advantage = {"dropped": "stale", "staleness": age}
         out.n_stale += 1
         return
-    score, hint, source, hint_source = _judgement(session, turn, settings.labels_override)
-    if not _wanted(config.method, score, hint):  # decided before loading any token blobs
+    sample = to_sample(session, settings, config, turn)
+    if sample is None:
         out.n_unusable += 1
         return
+    out.n_labelled += sample.source == "label"
+    out.samples.append(sample)
+
+
+def to_sample(session: Session, settings: Settings, config: TrainConfig, turn: Turn) -> Sample | None:
+    """`turn` as a training sample for `config.method`, whatever its status; None when it has nothing
+    this method can learn or lacks its logged tokens. scripts/batch_ablation.py retrains a finished
+    run's batches with it."""
+    score, hint, source, hint_source = _judgement(session, turn, settings.labels_override)
+    if not _wanted(config.method, score, hint):  # decided before loading any token blobs
+        return None
     view = view_of(session, turn)
     if not (
         view.prompt_token_ids
         and view.response_token_ids
         and len(view.response_logprobs) == len(view.response_token_ids)
     ):
-        out.n_unusable += 1
-        return
-    out.n_labelled += source == "label"
-    out.samples.append(
-        Sample(
-            turn_id=turn.id,
-            prompt_ids=view.prompt_token_ids,
-            response_ids=view.response_token_ids,
-            behavior_logprobs=view.response_logprobs,
-            score=score if config.method != "opd" else 0,
-            hint=hint if config.method != "rl" else None,
-            messages=view.messages,
-            tools=view.tools,
-            source=source,
-            hint_source=hint_source if config.method != "rl" else None,
-            max_new_tokens=(turn.params or {}).get("max_new_tokens"),
-        )
+        return None
+    return Sample(
+        turn_id=turn.id,
+        prompt_ids=view.prompt_token_ids,
+        response_ids=view.response_token_ids,
+        behavior_logprobs=view.response_logprobs,
+        score=score if config.method != "opd" else 0,
+        hint=hint if config.method != "rl" else None,
+        messages=view.messages,
+        tools=view.tools,
+        source=source,
+        hint_source=hint_source if config.method != "rl" else None,
+        max_new_tokens=(turn.params or {}).get("max_new_tokens"),
     )
 
 
