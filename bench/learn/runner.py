@@ -45,7 +45,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 # The learner settings and sampling temperature of the headline runs in docs/BENCHMARKS.md, so the
 # plain command reproduces them; --train-config and --temperature replace them ({} for the learner's
 # own defaults).
-DEFAULT_TRAIN_CONFIG = Path(__file__).resolve().parent / "train_configs" / "rollout_instructions.json"
+DEFAULT_TRAIN_CONFIG = Path(__file__).resolve().parent / "train_configs" / "steps4.json"
 DEFAULT_TEMPERATURE = 0.2
 
 

@@ -20,7 +20,7 @@ def test_quick_is_one_user_off_and_combined() -> None:
 def test_the_plain_command_runs_the_headline_settings(tmp_path: Path) -> None:
     """Without --train-config and --temperature, a run uses what the documented figures used."""
     shipped = json.loads((Path(__file__).resolve().parents[2] / "bench/learn/train_configs"
-                          / "rollout_instructions.json").read_text())
+                          / "steps4.json").read_text())
     for argv in ([], ["--quick"]):
         plan = plan_from(parse(argv))
         assert plan.train_config == shipped and plan.train_config["rollouts"] >= 1
