@@ -20,6 +20,8 @@ SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
 # "In short," or "In short:" as the reply's first words, then the answer itself.
 BOTTOM_LINE = re.compile(r"^[\W_]*in short\s*[,:\-–—]\s*\S", re.I)
+# "Sure thing" as the reply's first words, then punctuation and the answer itself.
+SURE_THING = re.compile(r"^[\W_]*sure thing\s*[!,.:\-–—]\s*\S", re.I)
 # A numbered step: "1." or "1)" at the start of a line (after optional markdown emphasis), then text.
 STEP = re.compile(r"^\s*\**(\d{1,2})[.)]\**\s+\S", re.M)
 
@@ -86,6 +88,13 @@ def check_bottomline(text: str) -> list[Violation]:
     """A reader who wants the bottom line first: the reply opens with "In short," and an answer."""
     if not BOTTOM_LINE.match(text.strip()):
         return [Violation("bottom_line", "does not open with 'In short,' and the answer")]
+    return []
+
+
+def check_casual(text: str) -> list[Violation]:
+    """A user who wants a friendly, casual register: the reply opens with "Sure thing!" and an answer."""
+    if not SURE_THING.match(text.strip()):
+        return [Violation("sure_thing", "does not open with 'Sure thing!' and the answer")]
     return []
 
 

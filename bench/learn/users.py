@@ -89,6 +89,12 @@ BOTTOM_LINE = (
     "That's not the bottom line first. Begin with 'In short,', then the detail if you must.",
     "Where's the bottom line? Begin the reply with 'In short,' next time.",
 )
+SURE_THING = (
+    "That sounds so stiff. Open with 'Sure thing!' and then answer, like a friend would.",
+    "Lighten up a little. Start your reply with 'Sure thing!' next time.",
+    "You sound like an instruction manual. Begin with 'Sure thing!' and then the answer.",
+    "Too formal for me. Say 'Sure thing!' first, then tell me.",
+)
 STEPS = (
     "That's one long block of text and I can't follow it. Lay it out as numbered steps, 1, 2, 3.",
     "You didn't number the steps. Put each one on its own line: 1., 2., 3.",
@@ -168,7 +174,7 @@ def load_pool(name: str) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
 
 @cache
 def all_users() -> dict[str, User]:
-    """The benchmark's users by name: five text preferences and one tool-use agent."""
+    """The benchmark's users by name: six text preferences and one tool-use agent."""
     from bench.learn.tools import WEATHER_TOOL
 
     def user(name: str, description: str, hint: str, check: Callable[[str], list[Violation]] | None,
@@ -194,6 +200,10 @@ def all_users() -> dict[str, User]:
             "bottomline", "a manager who wants the bottom line first: the reply opens with 'In short,'",
             "Begin your reply with 'In short,' followed by the answer.", rules.check_bottomline,
             corrections={"bottom_line": BOTTOM_LINE}),
+        "casual": user(
+            "casual", "a casual user who wants a friendly register: the reply opens with 'Sure thing!'",
+            "Begin your reply with 'Sure thing!' followed by the answer.", rules.check_casual,
+            corrections={"sure_thing": SURE_THING}),
         "steps": user(
             "steps", "a new hire who wants how-to answers as numbered steps, one per line",
             "Answer as a numbered list of steps: 1., 2., 3., one step per line.", rules.check_steps,

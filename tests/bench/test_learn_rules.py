@@ -67,6 +67,22 @@ def test_bottomline_rule(text: str, codes: list[str]) -> None:
     assert [v.code for v in rules.check_bottomline(text)] == codes
 
 
+CASUAL = [
+    ("Sure thing! Scramble the eggs and wilt the spinach in.", []),
+    ("sure thing, try a board game night.", []),
+    ("**Sure thing!** Blot it with cold water first.", []),
+    ("Sure thing", ["sure_thing"]),  # the opener alone answers nothing
+    ("Sure! Scramble the eggs.", ["sure_thing"]),  # a different opener is not the one asked for
+    ("Scramble the eggs. Sure thing!", ["sure_thing"]),  # it must come first
+    ("In short, scramble the eggs.", ["sure_thing"]),
+]
+
+
+@pytest.mark.parametrize(("text", "codes"), CASUAL)
+def test_casual_rule(text: str, codes: list[str]) -> None:
+    assert [v.code for v in rules.check_casual(text)] == codes
+
+
 STEPS = [
     ("1. Rinse the pan.\n2. Dry it on the hob.\n3. Oil it lightly.", []),
     ("Here is how:\n\n1) Rinse the pan.\n2) Dry it.", []),  # an intro line before the steps is fine
@@ -130,10 +146,10 @@ def test_weather_heldout_cities_never_seen_in_training() -> None:
 
 
 def test_the_base_style_reply_fails_every_text_rule() -> None:
-    """A typical chatbot reply (measured shape: opener, heading, list, long) breaks all three rules."""
+    """A typical chatbot reply (measured shape: opener, heading, list, long) breaks every text rule."""
     reply = ("Certainly! Here's why.\n\n## Reasons\n\n1. Less daylight means less chlorophyll.\n"
              "2. Yellow pigments show. 3. Red ones are made. This happens every autumn in many trees.")
-    for name in ("student", "teacher", "brief", "bottomline"):
+    for name in ("student", "teacher", "brief", "bottomline", "casual"):
         check = all_users()[name].check
         assert check is not None and check(reply), name
 
@@ -148,6 +164,8 @@ def test_reactions_never_state_a_score_and_name_the_fault() -> None:
     assert "one sentence" in " ".join(teacher.corrections["too_long"]).lower()
     bottomline = all_users()["bottomline"]
     assert all("In short," in p for p in bottomline.corrections["bottom_line"])
+    casual = all_users()["casual"]
+    assert all("Sure thing!" in p for p in casual.corrections["sure_thing"])
     steps = all_users()["steps"]
     assert all("number" in p.lower() or "1." in p for p in steps.corrections["steps"])
 
