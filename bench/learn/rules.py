@@ -84,18 +84,19 @@ def check_brief(text: str, *, max_words: int = 25) -> list[Violation]:
     return found
 
 
+def _opens_with(opening: re.Pattern[str], text: str, missing: Violation) -> list[Violation]:
+    """An opening-phrase rule: met when `opening` matches the start of the reply."""
+    return [] if opening.match(text.strip()) else [missing]
+
+
 def check_bottomline(text: str) -> list[Violation]:
     """A reader who wants the bottom line first: the reply opens with "In short," and an answer."""
-    if not BOTTOM_LINE.match(text.strip()):
-        return [Violation("bottom_line", "does not open with 'In short,' and the answer")]
-    return []
+    return _opens_with(BOTTOM_LINE, text, Violation("bottom_line", "does not open with 'In short,' and the answer"))
 
 
 def check_casual(text: str) -> list[Violation]:
     """A user who wants a friendly, casual register: the reply opens with "Sure thing!" and an answer."""
-    if not SURE_THING.match(text.strip()):
-        return [Violation("sure_thing", "does not open with 'Sure thing!' and the answer")]
-    return []
+    return _opens_with(SURE_THING, text, Violation("sure_thing", "does not open with 'Sure thing!' and the answer"))
 
 
 def check_steps(text: str, *, min_steps: int = 2) -> list[Violation]:

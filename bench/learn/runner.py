@@ -38,8 +38,8 @@ from core.settings import Settings
 METHODS = ("off", "rl", "opd", "combined")
 # The full run trains on users whose rule the base model can follow with the hint in its prompt
 # (teacher's form it never writes, nor casual's opener with an answer after it: nothing to distill;
-# run them with --users). Each user's control
-# is the next one (users.control_for): no two neighbours share a rule. Brief is left to --users: its
+# run them with --users). Each user's control is the next one (users.control_for): no two
+# neighbours share a rule. Brief is left to --users: its
 # rule (short plain prose) is met by any run that learns to be short, bottomline's and student's too.
 FULL_USERS = ("student", "bottomline", "steps", "weather")
 DOCS = Path(__file__).resolve().parents[2] / "docs"
