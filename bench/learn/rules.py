@@ -22,6 +22,8 @@ WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
 BOTTOM_LINE = re.compile(r"^[\W_]*in short\s*[,:\-–—]\s*\S", re.I)
 # "Sure thing" as the reply's first words, then punctuation and the answer itself.
 SURE_THING = re.compile(r"^[\W_]*sure thing\s*[!,.:\-–—]\s*\S", re.I)
+# "Imagine" as the reply's first word, then the everyday picture itself.
+IMAGINE = re.compile(r"^[\W_]*imagine\b\**\s+\S", re.I)
 # A numbered step: "1." or "1)" at the start of a line (after optional markdown emphasis), then text.
 STEP = re.compile(r"^\s*\**(\d{1,2})[.)]\**\s+\S", re.M)
 
@@ -97,6 +99,11 @@ def check_bottomline(text: str) -> list[Violation]:
 def check_casual(text: str) -> list[Violation]:
     """A user who wants a friendly, casual register: the reply opens with "Sure thing!" and an answer."""
     return _opens_with(SURE_THING, text, Violation("sure_thing", "does not open with 'Sure thing!' and the answer"))
+
+
+def check_analogy(text: str) -> list[Violation]:
+    """A learner who needs an everyday picture first: the reply opens with "Imagine" and a comparison."""
+    return _opens_with(IMAGINE, text, Violation("analogy", "does not open with an everyday picture ('Imagine ...')"))
 
 
 def check_steps(text: str, *, min_steps: int = 2) -> list[Violation]:

@@ -95,6 +95,12 @@ SURE_THING = (
     "You sound like an instruction manual. Begin with 'Sure thing!' and then the answer.",
     "Too formal for me. Say 'Sure thing!' first, then tell me.",
 )
+ANALOGY = (
+    "That's too abstract, I can't picture it. Start with 'Imagine' and compare it to something everyday.",
+    "I can't see it in my head. Begin your reply with 'Imagine' and an everyday comparison.",
+    "You didn't compare it to anything I know. Begin your reply with 'Imagine' and an everyday example.",
+    "That was all theory and no picture. Begin the answer with 'Imagine' and an everyday comparison.",
+)
 STEPS = (
     "That's one long block of text and I can't follow it. Lay it out as numbered steps, 1, 2, 3.",
     "You didn't number the steps. Put each one on its own line: 1., 2., 3.",
@@ -174,7 +180,7 @@ def load_pool(name: str) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
 
 @cache
 def all_users() -> dict[str, User]:
-    """The benchmark's users by name: six text preferences and one tool-use agent."""
+    """The benchmark's users by name: seven text preferences and one tool-use agent."""
     from bench.learn.tools import WEATHER_TOOL
 
     def user(name: str, description: str, hint: str, check: Callable[[str], list[Violation]] | None,
@@ -204,6 +210,10 @@ def all_users() -> dict[str, User]:
             "casual", "a casual user who wants a friendly register: the reply opens with 'Sure thing!'",
             "Begin your reply with 'Sure thing!' followed by the answer.", rules.check_casual,
             corrections={"sure_thing": SURE_THING}),
+        "analogy": user(
+            "analogy", "a learner who needs an everyday picture first: the reply opens with 'Imagine'",
+            "Begin your reply with 'Imagine' and an everyday comparison, then the answer.",
+            rules.check_analogy, corrections={"analogy": ANALOGY}),
         "steps": user(
             "steps", "a new hire who wants how-to answers as numbered steps, one per line",
             "Answer as a numbered list of steps: 1., 2., 3., one step per line.", rules.check_steps,

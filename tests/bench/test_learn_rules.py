@@ -83,6 +83,22 @@ def test_casual_rule(text: str, codes: list[str]) -> None:
     assert [v.code for v in rules.check_casual(text)] == codes
 
 
+ANALOGY = [
+    ("Imagine a credit score as a school report for how you handle borrowed money.", []),
+    ("**Imagine** your router as a post office for the house.", []),
+    ("imagine you lend a friend ten pounds and ask for eleven back.", []),
+    ("Imagine", ["analogy"]),  # the word alone pictures nothing
+    ("A router is like a post office. Imagine it sorting letters.", ["analogy"]),  # the picture comes first
+    ("Imagination helps here: a router sorts traffic.", ["analogy"]),
+    ("In short, a router sorts traffic like a post office.", ["analogy"]),
+]
+
+
+@pytest.mark.parametrize(("text", "codes"), ANALOGY)
+def test_analogy_rule(text: str, codes: list[str]) -> None:
+    assert [v.code for v in rules.check_analogy(text)] == codes
+
+
 STEPS = [
     ("1. Rinse the pan.\n2. Dry it on the hob.\n3. Oil it lightly.", []),
     ("Here is how:\n\n1) Rinse the pan.\n2) Dry it.", []),  # an intro line before the steps is fine
@@ -149,7 +165,7 @@ def test_the_base_style_reply_fails_every_text_rule() -> None:
     """A typical chatbot reply (measured shape: opener, heading, list, long) breaks every text rule."""
     reply = ("Certainly! Here's why.\n\n## Reasons\n\n1. Less daylight means less chlorophyll.\n"
              "2. Yellow pigments show. 3. Red ones are made. This happens every autumn in many trees.")
-    for name in ("student", "teacher", "brief", "bottomline", "casual"):
+    for name in ("student", "teacher", "brief", "bottomline", "casual", "analogy"):
         check = all_users()[name].check
         assert check is not None and check(reply), name
 
@@ -166,6 +182,8 @@ def test_reactions_never_state_a_score_and_name_the_fault() -> None:
     assert all("In short," in p for p in bottomline.corrections["bottom_line"])
     casual = all_users()["casual"]
     assert all("Sure thing!" in p for p in casual.corrections["sure_thing"])
+    analogy = all_users()["analogy"]
+    assert all("'Imagine'" in p for p in analogy.corrections["analogy"])
     steps = all_users()["steps"]
     assert all("number" in p.lower() or "1." in p for p in steps.corrections["steps"])
 
