@@ -101,9 +101,17 @@ def check_casual(text: str) -> list[Violation]:
     return _opens_with(SURE_THING, text, Violation("sure_thing", "does not open with 'Sure thing!' and the answer"))
 
 
-def check_analogy(text: str) -> list[Violation]:
-    """A learner who needs an everyday picture first: the reply opens with "Imagine" and a comparison."""
-    return _opens_with(IMAGINE, text, Violation("analogy", "does not open with an everyday picture ('Imagine ...')"))
+def check_analogy(text: str, *, min_words: int = 12) -> list[Violation]:
+    """A learner who needs an everyday picture first: the reply opens with "Imagine", a comparison, and
+    then the answer. A picture alone ("Imagine a router.") answers nothing: fewer than `min_words` words
+    cannot hold both, and a run whose simulator thanked such replies learned to write only them."""
+    missing = _opens_with(IMAGINE, text, Violation("analogy", "does not open with an everyday picture ('Imagine ...')"))
+    if missing:
+        return missing
+    n = len(words(text))
+    if n < min_words:
+        return [Violation("picture_only", f"{n} words: a picture with no answer after it")]
+    return []
 
 
 def check_steps(text: str, *, min_steps: int = 2) -> list[Violation]:

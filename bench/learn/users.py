@@ -101,6 +101,11 @@ ANALOGY = (
     "You didn't compare it to anything I know. Begin your reply with 'Imagine' and an everyday example.",
     "That was all theory and no picture. Begin the answer with 'Imagine' and an everyday comparison.",
 )
+ANALOGY_NO_ANSWER = (
+    "That's only the picture, you never answered. Explain how it works after the comparison.",
+    "Nice image, but it stops there. Go on and answer the question after it.",
+    "You set up a comparison and left it. Finish the picture and then explain.",
+)
 STEPS = (
     "That's one long block of text and I can't follow it. Lay it out as numbered steps, 1, 2, 3.",
     "You didn't number the steps. Put each one on its own line: 1., 2., 3.",
@@ -213,7 +218,7 @@ def all_users() -> dict[str, User]:
         "analogy": user(
             "analogy", "a learner who needs an everyday picture first: the reply opens with 'Imagine'",
             "Begin your reply with 'Imagine' and an everyday comparison, then the answer.",
-            rules.check_analogy, corrections={"analogy": ANALOGY}),
+            rules.check_analogy, corrections={"analogy": ANALOGY, "picture_only": ANALOGY_NO_ANSWER}),
         "steps": user(
             "steps", "a new hire who wants how-to answers as numbered steps, one per line",
             "Answer as a numbered list of steps: 1., 2., 3., one step per line.", rules.check_steps,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 
@@ -85,9 +86,11 @@ def test_casual_rule(text: str, codes: list[str]) -> None:
 
 ANALOGY = [
     ("Imagine a credit score as a school report for how you handle borrowed money.", []),
-    ("**Imagine** your router as a post office for the house.", []),
-    ("imagine you lend a friend ten pounds and ask for eleven back.", []),
+    ("**Imagine** your router as a post office for the house: it sorts every letter to its room.", []),
+    ("imagine you lend a friend ten pounds and ask for eleven back. That extra pound is interest.", []),
     ("Imagine", ["analogy"]),  # the word alone pictures nothing
+    ("Imagine a GPS system.", ["picture_only"]),  # replies a run learned when its simulator thanked them
+    ("Imagine a pressure cooker that can cook food faster.", ["picture_only"]),
     ("A router is like a post office. Imagine it sorting letters.", ["analogy"]),  # the picture comes first
     ("Imagination helps here: a router sorts traffic.", ["analogy"]),
     ("In short, a router sorts traffic like a post office.", ["analogy"]),
@@ -184,6 +187,7 @@ def test_reactions_never_state_a_score_and_name_the_fault() -> None:
     assert all("Sure thing!" in p for p in casual.corrections["sure_thing"])
     analogy = all_users()["analogy"]
     assert all("'Imagine'" in p for p in analogy.corrections["analogy"])
+    assert all(re.search(r"answer|explain", p) for p in analogy.corrections["picture_only"])
     steps = all_users()["steps"]
     assert all("number" in p.lower() or "1." in p for p in steps.corrections["steps"])
 
