@@ -57,20 +57,34 @@ def _fmt(v: float | None, whole: bool = False) -> str:
     return "—" if v is None else f"{v:.0f}" if whole else f"{v:.2f}"
 
 
-def specific_gain(results: dict[str, Any], method: str, user: str) -> float | None:
-    """Target run's final held-out rate on `user`'s rule minus the control run's, mean over seeds."""
+def _specific_gains(results: dict[str, Any], method: str, user: str) -> tuple[list[float], int]:
+    """Each seed's target-minus-control final rate on `user`'s rule, and how many target runs there
+    were: a seed whose control run is missing (a merge of runs with different --users) has no gain."""
     from bench.learn.users import control_for
 
     control = control_for(results["plan"]["users"], user)
+    targets = _runs(results, method, user)
     if control is None or method == "off":
-        return None
-    gains: list[float | None] = []
-    for target in _runs(results, method, user):
+        return [], len(targets)
+    gains: list[float] = []
+    for target in targets:
         ctrl = [r for r in _runs(results, method, control) if r["seed"] == target["seed"]]
         t_curve, c_curve = curve(target, user), curve(ctrl[0], user) if ctrl else []
         if t_curve and c_curve:
             gains.append(t_curve[-1][1] - c_curve[-1][1])
-    return _mean(gains)
+    return gains, len(targets)
+
+
+def specific_gain(results: dict[str, Any], method: str, user: str) -> float | None:
+    """Target run's final held-out rate on `user`'s rule minus the control run's, mean over seeds."""
+    return _mean(list(_specific_gains(results, method, user)[0]))
+
+
+def _gain_cell(results: dict[str, Any], method: str, user: str) -> str:
+    """The specific gain, saying so when some seeds had no control run to subtract."""
+    gains, n = _specific_gains(results, method, user)
+    cell = _fmt(_mean(list(gains)))
+    return cell if not gains or len(gains) == n else f"{cell} ({len(gains)} of {n} seeds have a control)"
 
 
 def gain_over_off(results: dict[str, Any], method: str, user: str) -> float | None:
@@ -107,7 +121,7 @@ def user_table(results: dict[str, Any], user: str) -> str:
         found = [x for x in xs if x is not None]
         median = f"{statistics.median(found):.0f}" if found else "never"
         firsts.append(f"{median} ({len(found)}/{len(xs)} runs)")
-    gains = [_fmt(specific_gain(results, m, user)) for m in methods]
+    gains = [_gain_cell(results, m, user) for m in methods]
     over_off = [_fmt(gain_over_off(results, m, user)) for m in methods]
     lines.append("| first improvement | " + " | ".join(firsts) + " |")
     lines.append("| gain over off (final) | " + " | ".join(over_off) + " |")

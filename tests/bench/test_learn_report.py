@@ -92,6 +92,14 @@ def test_merge_joins_seeds_from_separate_runs() -> None:
     assert "--seed 1" in report.render(merged)
 
 
+def test_a_seed_without_a_control_run_is_named_not_averaged_in_silently() -> None:
+    r = results()
+    r["runs"] = [x for x in r["runs"] if not (x["trained_on"] == "teacher" and x["seed"] == 1)]
+    # student's seed 1 lost its control (the teacher-trained run): only seed 0's 0.75-0.25 counts
+    assert report.specific_gain(r, "combined", "student") == 0.5
+    assert "| specific gain (minus control) | — | 0.50 (1 of 2 seeds have a control) |" in report.render(r)
+
+
 def test_the_last_row_shows_the_final_version_even_after_an_overshoot() -> None:
     r = results()
     for run in r["runs"]:
