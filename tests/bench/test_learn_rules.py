@@ -9,7 +9,7 @@ import re
 import pytest
 
 from bench.learn import rules, tools
-from bench.learn.users import CORRECTIONS, THANKS, all_users, follow_up
+from bench.learn.users import CORRECTIONS, REDO, THANKS, all_users, follow_up
 
 STUDENT = [
     ("Leaves lose chlorophyll in autumn. The yellow pigments then show.", []),
@@ -190,6 +190,22 @@ def test_reactions_never_state_a_score_and_name_the_fault() -> None:
     assert all(re.search(r"answer|explain", p) for p in analogy.corrections["picture_only"])
     steps = all_users()["steps"]
     assert all("number" in p.lower() or "1." in p for p in steps.corrections["steps"])
+
+
+def test_no_simulated_reply_is_in_the_judges_classifier_data() -> None:
+    """The simulator's phrasings stay a test set for the reaction classifier: no 5-word run of any
+    of them (thanks, corrections of every user, retry requests) appears in its training replies."""
+    from judges.reaction import load_examples
+
+    def runs(text: str) -> set[tuple[str, ...]]:
+        w = re.findall(r"[a-z']+", text.lower())
+        return {tuple(w[i:i + 5]) for i in range(len(w) - 4)}
+
+    per_user = [p for u in all_users().values() for ps in u.corrections.values() for p in ps]
+    simulated = {*THANKS, *REDO, *(p for ps in CORRECTIONS.values() for p in ps), *per_user}
+    assert len(simulated) > 60
+    shared = {e["text"] for e in load_examples() for s in simulated if runs(e["text"]) & runs(s)}
+    assert not shared, shared
 
 
 def test_follow_up_asks_a_new_question_or_a_redo() -> None:

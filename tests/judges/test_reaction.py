@@ -27,6 +27,21 @@ HELD_OUT_CORRECTIONS = [
     "you did not do what i asked",
     "incorrect, the answer is 12",
 ]
+# Complaints about a reply's form or tone rather than its facts, some with what to do instead.
+HELD_OUT_STYLE_CORRECTIONS = [
+    "far too chatty, just give me the facts",
+    "the email sounds rude. Soften it a bit.",
+    "that's not the layout I asked for, the totals go at the top",
+    "too many exclamation marks, it looks unprofessional",
+    "my manager will never read something this long",
+    "you switched to a different naming style halfway through",
+]
+# New requests in the imperative: they say what to do next, not what was wrong.
+HELD_OUT_NEW_REQUESTS = [
+    "Now translate the same paragraph into German.",
+    "Add a second example for the edge case.",
+    "Write the tests for this function next.",
+]
 HELD_OUT_NEUTRAL = [
     "What license is this project under?",
     "how would this look in Rust?",
@@ -40,7 +55,8 @@ def classifier(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
 
 def test_held_out_phrasings_are_truly_held_out() -> None:
     seen = {e["text"].lower() for e in load_examples()}
-    for text in HELD_OUT_APPROVALS + HELD_OUT_CORRECTIONS + HELD_OUT_NEUTRAL:
+    held_out = HELD_OUT_APPROVALS + HELD_OUT_CORRECTIONS + HELD_OUT_STYLE_CORRECTIONS + HELD_OUT_NEW_REQUESTS
+    for text in held_out + HELD_OUT_NEUTRAL:
         assert text.lower() not in seen
 
 
@@ -60,6 +76,14 @@ def test_confident_decisions_on_unseen_replies_are_right(classifier) -> None:  #
     # ... and most clear cases decided
     assert sum(r.score == 1 for r in approvals) >= 4, approvals
     assert sum(r.score == -1 for r in corrections) >= 4, corrections
+
+
+def test_complaints_about_form_are_corrections_and_new_requests_are_not(classifier) -> None:  # type: ignore[no-untyped-def]
+    style = [classifier.classify(t) for t in HELD_OUT_STYLE_CORRECTIONS]
+    assert all(r.score in (-1, None) for r in style), style
+    assert sum(r.score == -1 for r in style) >= 5, style
+    requests = [classifier.classify(t) for t in HELD_OUT_NEW_REQUESTS]
+    assert all(r.score is None for r in requests), requests
 
 
 def test_neutral_questions_are_left_to_the_votes(classifier) -> None:  # type: ignore[no-untyped-def]
