@@ -5,7 +5,7 @@ question), how many it decides, and how many it decides the wrong way.
     python scripts/reaction_coverage.py          (a few seconds on 2 cores)
 
 The simulator's phrasings are never training data for the classifier (tests/bench check that no
-4-word run is shared); this reads them as a test set, to see where the judge leaves turns to the
+5-word run is shared); this reads them as a test set, to see where the judge leaves turns to the
 LLM votes.
 """
 
@@ -24,15 +24,11 @@ from judges.reaction import load_reaction_classifier  # noqa: E402
 
 def groups() -> dict[str, tuple[list[str], int]]:
     """Name -> (replies, the right sign)."""
-    named = {name: value for name, value in vars(users).items()
-             if name.isupper() and isinstance(value, tuple) and name not in ("THANKS", "NEXT_QUESTION", "REDO")}
-    found = {**{f"CORRECTIONS[{k}]": v for k, v in users.CORRECTIONS.items()}, **named}
-    merged: dict[str, tuple[list[str], int]] = {}
-    for name, phrasings in found.items():
-        merged[name] = ([t for c in phrasings for t in (c, *(f"{c} {r}" for r in users.REDO))], -1)
-    thanks = [t for c in users.THANKS for t in (c, *(f"{c} {q}How does a lock work?" for q in users.NEXT_QUESTION))]
-    merged["THANKS"] = (thanks, 1)
-    return merged
+    out = {name: ([t for c in phrasings for t in (c, *(f"{c} {r}" for r in users.REDO))], -1)
+           for name, phrasings in users.correction_groups().items()}
+    out["thanks"] = ([t for c in users.THANKS
+                      for t in (c, *(f"{c} {q}How does a lock work?" for q in users.NEXT_QUESTION))], 1)
+    return out
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def first_improvement(points: list[tuple[int, float]]) -> int | None:
     return next((x for x, v in points[1:] if v >= base + IMPROVEMENT_MARGIN), None)
 
 
-def _mean(values: list[float | None]) -> float | None:
+def _mean(values: Sequence[float | None]) -> float | None:
     clean = [v for v in values if v is not None]
     return statistics.mean(clean) if clean else None
 
@@ -77,13 +78,13 @@ def _specific_gains(results: dict[str, Any], method: str, user: str) -> tuple[li
 
 def specific_gain(results: dict[str, Any], method: str, user: str) -> float | None:
     """Target run's final held-out rate on `user`'s rule minus the control run's, mean over seeds."""
-    return _mean(list(_specific_gains(results, method, user)[0]))
+    return _mean(_specific_gains(results, method, user)[0])
 
 
 def _gain_cell(results: dict[str, Any], method: str, user: str) -> str:
     """The specific gain, saying so when some seeds had no control run to subtract."""
     gains, n = _specific_gains(results, method, user)
-    cell = _fmt(_mean(list(gains)))
+    cell = _fmt(_mean(gains))
     return cell if not gains or len(gains) == n else f"{cell} ({len(gains)} of {n} seeds have a control)"
 
 

@@ -153,6 +153,15 @@ class User:
         return rng.choice(options)
 
 
+def correction_groups() -> dict[str, tuple[str, ...]]:
+    """Every correction a simulated user can give: the shared ones by violation code, a user's own
+    as "user/code" (the judge's classifier data must share none of them, see tests/bench)."""
+    groups = dict(CORRECTIONS)
+    for u in all_users().values():
+        groups.update({f"{u.name}/{code}": phrasings for code, phrasings in u.corrections.items()})
+    return groups
+
+
 def control_for(order: list[str] | tuple[str, ...], user: str) -> str | None:
     """The control for `user`'s specific gain: the next trained-on user in `order`, round the end."""
     users = list(order)

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from bench.learn import rules, tools
-from bench.learn.users import CORRECTIONS, REDO, THANKS, all_users, follow_up
+from bench.learn.users import CORRECTIONS, REDO, THANKS, all_users, correction_groups, follow_up
 
 STUDENT = [
     ("Leaves lose chlorophyll in autumn. The yellow pigments then show.", []),
@@ -201,8 +201,7 @@ def test_no_simulated_reply_is_in_the_judges_classifier_data() -> None:
         w = re.findall(r"[a-z']+", text.lower())
         return {tuple(w[i:i + 5]) for i in range(len(w) - 4)}
 
-    per_user = [p for u in all_users().values() for ps in u.corrections.values() for p in ps]
-    simulated = {*THANKS, *REDO, *(p for ps in CORRECTIONS.values() for p in ps), *per_user}
+    simulated = {*THANKS, *REDO, *(p for ps in correction_groups().values() for p in ps)}
     assert len(simulated) > 60
     shared = {e["text"] for e in load_examples() for s in simulated if runs(e["text"]) & runs(s)}
     assert not shared, shared
