@@ -43,6 +43,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "rollouts_only": {"w_rl": 0.0, "w_opd": 0.0},
     "topk_forward": {"opd_mode": "topk", "topk_direction": "forward"},
     "steps4": {"steps_per_batch": 4},
+    "steps6": {"steps_per_batch": 6},
+    "steps8": {"steps_per_batch": 8},
+    "lr6e-4": {"lr": 6e-4},
     "w_rollout3": {"w_rollout": 3.0},
 }
 STOCK = re.compile(r"\b(sorry|apologi[sz]e|as an ai|as a chatbot|language model)\b", re.IGNORECASE)
