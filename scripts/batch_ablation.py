@@ -46,6 +46,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "steps6": {"steps_per_batch": 6},
     "steps8": {"steps_per_batch": 8},
     "lr6e-4": {"lr": 6e-4},
+    "teacher_adapter": {"teacher": "adapter"},
     "w_rollout3": {"w_rollout": 3.0},
 }
 STOCK = re.compile(r"\b(sorry|apologi[sz]e|as an ai|as a chatbot|language model)\b", re.IGNORECASE)
