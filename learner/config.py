@@ -99,6 +99,11 @@ class TrainConfig:
     teacher: Literal["base", "adapter"] = _f("base", "Teacher weights: base model or current adapter.")
     baseline: bool = _f(True, "Subtract the batch-mean score from RL advantages.")
     max_staleness: int = _f(4, "Drop samples served more than this many adapter versions ago.")
+    rollback_margin: float | None = _f(
+        None, "Serve the parent again when the served version's mean judged score falls below its "
+        "parent's by more than this (learner/regression.py); None: never roll back.")
+    rollback_min_turns: int = _f(8, "Judged turns each of the two versions must have served before "
+                                 "the rollback check decides.")
     # --- runtime -----------------------------------------------------------------------------
     device: str = _f("auto", "auto, cpu or cuda[:N].")
     dtype: Literal["auto", "float32", "bfloat16"] = _f("auto", "auto: fp32 on CPU, bf16 on CUDA.")
@@ -141,6 +146,10 @@ class TrainConfig:
         if self.rollouts > 1 and self.rollout_temperature == 0:
             problems.append(f"rollouts={self.rollouts} at rollout_temperature=0 writes one greedy reply "
                             "several times: set rollouts=1 or a temperature above 0")
+        if self.rollback_margin is not None and not 0 <= self.rollback_margin < 2:
+            problems.append(f"rollback_margin={self.rollback_margin}: mean scores lie in [-1, 1], set it in [0, 2)")
+        if self.rollback_min_turns < 1:
+            problems.append(f"rollback_min_turns={self.rollback_min_turns}: set 1 or more")
         if self.opd_clip <= 0 or self.max_staleness < 0 or self.kl_coef < 0:
             problems.append("opd_clip must be > 0, max_staleness and kl_coef >= 0")
         if problems:

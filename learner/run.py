@@ -1,5 +1,9 @@
 """One training step end to end: collect samples, take the guard, train, save, record, publish.
 
+With `rollback_margin` set, a step first rolls the served version back if the judge scored its turns
+worse than its parent's (learner/regression.py). A version whose parent was rolled back while it
+trained is saved but not published: it learned from the weights that did worse.
+
 `run_train_step` is the plain function behind the Celery task and `learnproxy train --once`; the
 tests call it directly.
 """
@@ -15,9 +19,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from core.db import session_scope
 from core.modelload import resolve_model_path
-from core.models import AdapterVersion, Turn, TurnStatus
+from core.models import AdapterState, AdapterVersion, Turn, TurnStatus
 from core.settings import Settings
-from learner import versions
+from learner import regression, versions
 from learner.config import TrainConfig
 from learner.samples import Collected, collect_samples, replay_rollouts
 from learner.trainer import Learner, Progress, cached_learner
@@ -50,6 +54,11 @@ def run_train_step(
     `force` trains on whatever is ready (at least one sample) instead of waiting for a full batch.
     """
     config = config or TrainConfig.from_settings(settings)
+    if config.rollback_margin is not None:  # first, so the next version trains from the better parent
+        with session_scope(factory) as session:
+            regression.roll_back_if_worse(session, margin=config.rollback_margin,
+                                          min_turns=config.rollback_min_turns,
+                                          labels_override=settings.labels_override)
     collected = count_ready(factory, settings, config)
     if not collected.samples or (len(collected.samples) < config.batch_size and not force):
         log.info("train step skipped: %d of %d samples ready (%d stale dropped)",
@@ -98,8 +107,10 @@ def _train(
     metrics = _metrics(result.steps, collected, reason, time.perf_counter() - started)
     versions.write_files(path, config, metrics)
     with session_scope(factory) as session:
+        parent = session.get(AdapterVersion, row.parent_id) if row.parent_id is not None else None
+        parent_gone = parent is not None and parent.state == AdapterState.rolled_back
         done = versions.finish(session, row.id, path=path, metrics=metrics, n_samples=len(collected.samples),
-                               publish=settings.auto_publish)
+                               publish=settings.auto_publish and not parent_gone)
         for sample, summary in zip(collected.samples, result.per_sample, strict=True):
             turn = session.get(Turn, sample.turn_id)
             if turn is not None:

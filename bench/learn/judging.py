@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, select
 
 from bench.learn.sim import Truth
-from core.models import AdapterState, AdapterVersion, Turn
+from core.models import AdapterState, AdapterVersion, ServingPointer, Turn
 
 # A 135M judge on 2 busy cores takes up to about a minute a turn (votes, then a hint request), so
 # only a longer silence means the rest is not coming.
@@ -130,3 +130,21 @@ def judge_agreement(db_path: Path, truths: list[Truth]) -> dict[str, Any]:
         "hinted": hinted,
         "text_mismatch": text_mismatch,  # DB text differs from what the client got: alignment is off
     }
+
+
+def served_and_rolled_back(db_path: Path) -> tuple[int | None, list[dict[str, Any]]]:
+    """The version the pointer serves at the end (None: the base model), and every rolled-back
+    version with the check that rolled it back (learner/regression.py)."""
+    if not db_path.exists():
+        return None, []
+    engine = _read_only(db_path)
+    try:
+        with engine.connect() as conn:
+            served = conn.execute(select(ServingPointer.version_id).where(ServingPointer.id == 1)).scalar()
+            rows = conn.execute(select(AdapterVersion.id, AdapterVersion.parent_id, AdapterVersion.metrics)
+                                .where(AdapterVersion.state == AdapterState.rolled_back)
+                                .order_by(AdapterVersion.id)).all()
+    finally:
+        engine.dispose()
+    return served, [{"version": r.id, "parent": r.parent_id, "check": (r.metrics or {}).get("rollback")}
+                    for r in rows]

@@ -27,7 +27,7 @@ from typing import Any
 from openai import OpenAI
 
 from bench.learn import report
-from bench.learn.judging import judge_agreement, wait_for_judging, wait_for_training
+from bench.learn.judging import judge_agreement, served_and_rolled_back, wait_for_judging, wait_for_training
 from bench.learn.quality import QualityGuard
 from bench.learn.server import Server, child_settings
 from bench.learn.sim import Chat, Truth, cycle, evaluate, session
@@ -194,6 +194,8 @@ def run_one(settings: Settings, plan: Plan, guard: QualityGuard, shared: dict[st
             if method != "off":  # the last full batches finish training after the last session
                 wait_for_training(db_path, timeout_s=plan.version_wait_s)
                 _catch_up(chat, plan, guard, server, record, x=len(truths), pools=pools_for(plan, user_name))
+                _served_last(chat, plan, guard, server, record, db_path, x=len(truths),
+                             pools=pools_for(plan, user_name))
     except Exception as exc:  # one failed run must not lose the others; the error goes in the results
         record["error"] = f"{type(exc).__name__}: {exc}"
         print(f"   failed: {record['error']}", flush=True)
@@ -240,6 +242,18 @@ def _catch_up(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, recor
     found = server.wait_for_version(last, 0.0)
     if found is not None:
         record["points"].append(eval_point(chat, plan, guard, x=x, version=found[0], model=found[1], pools=pools))
+
+
+def _served_last(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, record: dict[str, Any],
+                 db_path: Path, *, x: int, pools: list[str]) -> None:
+    """Make the run's last point the version served at the end: after a rollback
+    (learner/regression.py) that is an earlier one than the newest trained."""
+    served, record["rolled_back"] = served_and_rolled_back(db_path)
+    if not record["points"] or record["points"][-1]["version"] == served:
+        return
+    model = server.version_models().get(served) if served is not None else server.settings.model
+    if model is not None:  # a served version is always loaded; None only if the server went away
+        record["points"].append(eval_point(chat, plan, guard, x=x, version=served, model=model, pools=pools))
 
 
 def runs_for(plan: Plan) -> list[tuple[str, str | None, int]]:

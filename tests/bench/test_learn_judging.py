@@ -8,7 +8,8 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from bench.learn.judging import wait_for_training
+from bench.learn.judging import served_and_rolled_back, wait_for_training
+from core import pointer
 from core.models import AdapterState, AdapterVersion
 from core.settings import Settings
 
@@ -50,3 +51,18 @@ def test_gives_up_after_the_timeout(db: Session, settings: Settings) -> None:
     started = time.monotonic()
     wait_for_training(_db_path(settings), timeout_s=1.5, settle_s=0.5)
     assert 1.5 <= time.monotonic() - started < 5.0
+
+
+def test_reads_the_served_version_and_the_rolled_back_ones(db: Session, settings: Settings) -> None:
+    assert served_and_rolled_back(_db_path(settings)) == (None, [])  # nothing served yet: the base model
+    first = AdapterVersion(name="v1-c", base_model="m", method="combined", state=AdapterState.published)
+    db.add(first)
+    db.flush()
+    second = AdapterVersion(name="v2-c", base_model="m", method="combined", state=AdapterState.rolled_back,
+                            parent_id=first.id, metrics={"rollback": {"margin": 0.5}})
+    db.add(second)
+    db.flush()
+    pointer.point_to(db, first.id)
+    db.commit()
+    assert served_and_rolled_back(_db_path(settings)) == (
+        first.id, [{"version": second.id, "parent": first.id, "check": {"margin": 0.5}}])
