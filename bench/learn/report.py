@@ -163,6 +163,23 @@ def hinted_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def rollback_table(results: dict[str, Any]) -> str | None:
+    """Versions the learner rolled back (learner/regression.py), with the judged means that decided it."""
+    rows = []
+    for r in results["runs"]:
+        name = f"{r['method']} / {r['trained_on'] or 'all users'} / seed {r['seed']}"
+        for rb in r.get("rolled_back") or []:
+            check = rb.get("check") or {}
+            mine, parent = check.get("version") or {}, check.get("parent") or {}
+            rows.append(f"| {name} | v{rb['version']} | {'v' + str(rb['parent']) if rb['parent'] else 'base'} | "
+                        f"{_fmt(mine.get('mean'))} ({mine.get('n', '—')}) | "
+                        f"{_fmt(parent.get('mean'))} ({parent.get('n', '—')}) |")
+    if not rows:
+        return None
+    return "\n".join(["| run | rolled back | served again | its mean judged score (turns) | "
+                      "parent's (turns) |", "|---|---|---|---|---|", *rows])
+
+
 def render(results: dict[str, Any], img_dir: str = "img") -> str:
     """The markdown section: one table per user, the judge's reliability, the hinted ceiling."""
     from bench.learn.users import all_users
@@ -186,6 +203,9 @@ def render(results: dict[str, Any], img_dir: str = "img") -> str:
         out += [f"#### {user}: {users[user].description}", "",
                 f"Held-out {metric} against interactions (mean over seeds).", "",
                 user_table(results, user), "", f"![{user}]({img_dir}/{tag(results)}_{user}.png)", ""]
+    rollbacks = rollback_table(results)
+    if rollbacks:
+        out += ["#### Versions rolled back (the judge scored their turns below their parent's)", "", rollbacks, ""]
     out += ["#### Hinted-teacher compliance (the ceiling of hint distillation)", "",
             hinted_table(results), "",
             "#### Judge against the simulator's ground truth (training turns)", "", judge_table(results), "",

@@ -121,3 +121,14 @@ def test_render_names_the_learner_overrides_of_a_variant() -> None:
     assert "Learner overrides" not in report.render(r)
     r["plan"]["train_config"] = {"opd_mode": "topk"}
     assert 'Learner overrides (`--train-config`): `{"opd_mode": "topk"}`.' in report.render(r)
+
+
+def test_render_lists_rolled_back_versions_only_when_there_are_some() -> None:
+    r = results()
+    assert "rolled back" not in report.render(r)
+    check = {"version": {"version_id": 2, "n": 9, "mean": -0.56}, "parent": {"version_id": 1, "n": 11, "mean": 0.27},
+             "margin": 0.5, "min_turns": 8}
+    r["runs"][1]["rolled_back"] = [{"version": 2, "parent": 1, "check": check}]
+    md = report.render(r)
+    assert "#### Versions rolled back" in md
+    assert "| combined / student / seed 0 | v2 | v1 | -0.56 (9) | 0.27 (11) |" in md
