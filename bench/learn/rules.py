@@ -24,6 +24,12 @@ BOTTOM_LINE = re.compile(r"^[\W_]*in short\s*[,:\-–—]\s*\S", re.I)
 SURE_THING = re.compile(r"^[\W_]*sure thing\s*[!,.:\-–—]\s*\S", re.I)
 # "Imagine" as the reply's first word, then the everyday picture itself.
 IMAGINE = re.compile(r"^[\W_]*imagine\b\**\s+\S", re.I)
+# A sentence that only paints another picture ("Now imagine ...", "Picture ...", "Think of ...").
+PICTURE = re.compile(r"^[\W_]*(?:(?:now|then|and|so|just)\s+)*(?:imagine|picture|think of|envision)\b", re.I)
+# A picture that is a comparison in itself: "Imagine a credit score as a school report ...".
+COMPARES = re.compile(r"\b(?:like|as (?:a|an|the|if|though)|similar to|just as)\b", re.I)
+# Where an answer may follow the picture inside its own sentence: "... a post office: it sorts letters."
+ANSWER_CLAUSE = re.compile(r"\s*(?:[:;]|\s[–—-])\s+")
 # A numbered step: "1." or "1)" at the start of a line (after optional markdown emphasis), then text.
 STEP = re.compile(r"^\s*\**(\d{1,2})[.)]\**\s+\S", re.M)
 
@@ -104,13 +110,22 @@ def check_casual(text: str) -> list[Violation]:
 def check_analogy(text: str, *, min_words: int = 12) -> list[Violation]:
     """A learner who needs an everyday picture first: the reply opens with "Imagine", a comparison, and
     then the answer. A picture alone ("Imagine a router.") answers nothing: fewer than `min_words` words
-    cannot hold both, and a run whose simulator thanked such replies learned to write only them."""
+    cannot hold both, and a run whose simulator thanked such replies learned to write only them. Nor
+    does a chain of pictures ("Imagine a world where X. Now imagine a world where Y."), which a later
+    run learned once twelve words were enough. The opening sentence must itself compare ("Imagine a
+    credit score as a school report ...") or be followed by an answer: a sentence, or a clause after
+    a colon, semicolon or dash, that is not one more picture."""
     missing = _opens_with(IMAGINE, text, Violation("analogy", "does not open with an everyday picture ('Imagine ...')"))
     if missing:
         return missing
     n = len(words(text))
     if n < min_words:
         return [Violation("picture_only", f"{n} words: a picture with no answer after it")]
+    parts = sentences(text)
+    after = [*ANSWER_CLAUSE.split(parts[0])[1:], *parts[1:]]
+    answered = any(WORD.search(p) and not PICTURE.match(p.strip()) for p in after)
+    if not (answered or COMPARES.search(parts[0])):
+        return [Violation("picture_only", "only pictures, no answer after them")]
     return []
 
 

@@ -91,6 +91,14 @@ ANALOGY = [
     ("Imagine", ["analogy"]),  # the word alone pictures nothing
     ("Imagine a GPS system.", ["picture_only"]),  # replies a run learned when its simulator thanked them
     ("Imagine a pressure cooker that can cook food faster.", ["picture_only"]),
+    # pictures chained with no answer: what a run learned once twelve words passed the rule
+    ("Imagine a world where everyone has a bank. Now imagine a world where a bank can make money.",
+     ["picture_only"]),
+    ("Imagine a world where all the windows are filled with smoke. Now imagine a smoke detector.", ["picture_only"]),
+    ("Imagine a world where a pressure cooker can cook food faster and better.", ["picture_only"]),
+    ("Imagine a smoke detector, a device that can detect the smell of smoke.", ["picture_only"]),  # no comparison
+    ("Imagine a loan with a 10% interest rate. This means the interest you pay adds up to 10% a year.", []),
+    ("Imagine a post office for your house — the router sorts every letter to the right room.", []),
     ("A router is like a post office. Imagine it sorting letters.", ["analogy"]),  # the picture comes first
     ("Imagination helps here: a router sorts traffic.", ["analogy"]),
     ("In short, a router sorts traffic like a post office.", ["analogy"]),

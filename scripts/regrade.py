@@ -1,0 +1,72 @@
+"""Grade a finished run's held-out replies again, under the simulated user's rule as it is now.
+
+    python scripts/regrade.py RUN.db --user analogy [--json OUT.json]
+    (RUN.db: a run's learnproxy.db, left by `learnproxy bench learn --keep DIR` under DIR/<run>/)
+
+Every evaluation reply is in the run's DB as a side turn, with the version that served it. When a
+user's rule is tightened (a loophole found in what a run learned), this reads those replies back,
+matches each to `--user`'s held-out prompt by its request, and grades it with the rule and the
+quality guard of today, as `bench.learn.sim.evaluate` would, so earlier runs can be read under the
+same rule as new ones. It generates nothing. A version evaluated twice (the runner's last point
+repeats the served version) is graded once per reply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main(db: Path, user_name: str, out: Path | None) -> None:
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from bench.learn.quality import QualityGuard
+    from bench.learn.sim import rule_codes
+    from bench.learn.users import all_users
+    from core.models import Turn
+    from core.turns import view_of
+
+    user = all_users()[user_name]
+    heldout = {p.text for p in user.heldout}
+    guard = QualityGuard()
+    replies: dict[int | None, dict[str, tuple[str, bool]]] = defaultdict(dict)
+    engine = create_engine(f"sqlite:///file:{db}?mode=ro&uri=true")
+    with Session(engine) as session:
+        for turn in session.scalars(select(Turn).where(Turn.turn_type == "side").order_by(Turn.id)):
+            messages = view_of(session, turn, with_tokens=False).messages
+            asked = messages[0].get("content") if messages else None
+            if asked in heldout:
+                replies[turn.adapter_version_id][asked] = (turn.response_text or "", turn.finish_reason == "length")
+    rows = []
+    print("| version | n | satisfied | guard | rule | words |\n|---|---|---|---|---|---|")
+    for version in sorted(replies, key=lambda v: -1 if v is None else v):
+        graded = []
+        for question, (reply, cut) in sorted(replies[version].items()):
+            passed = guard.check(question, reply).passed
+            rule = not rule_codes(user, reply, truncated=cut)
+            graded.append({"question": question, "reply": reply, "guard": passed, "rule": rule,
+                           "satisfied": passed and rule})
+        n = len(graded)
+        row = {"version": version, "n": n, **{k: sum(g[k] for g in graded) / n for k in ("satisfied", "guard", "rule")},
+               "words": sum(len(g["reply"].split()) for g in graded) / n, "replies": graded}
+        rows.append(row)
+        print(f"| {'base' if version is None else f'v{version}'} | {n} | {row['satisfied']:.2f} | "
+              f"{row['guard']:.2f} | {row['rule']:.2f} | {row['words']:.0f} |")
+    if out is not None:
+        out.write_text(json.dumps({"db": str(db), "user": user_name, "versions": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("db", type=Path)
+    p.add_argument("--user", default="analogy")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    main(args.db, args.user, args.json)
