@@ -68,7 +68,7 @@ def approval(session: Session, version_id: int | None, *, labels_override: bool)
     rows = session.execute(
         select(Turn.id, Turn.score).where(Turn.turn_type == "main", served, Turn.score.is_not(None))
     ).all()
-    scores = {turn_id: score for turn_id, score in rows}
+    scores: dict[int, int] = {turn_id: score for turn_id, score in rows if score is not None}
     if labels_override and scores:
         labelled = session.execute(
             select(Label.turn_id, Label.value).where(Label.turn_id.in_(list(scores))).order_by(Label.id)
