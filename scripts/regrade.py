@@ -6,7 +6,7 @@
 Every evaluation reply is in the run's DB as a side turn, with the version that served it. When a
 user's rule is tightened (a loophole found in what a run learned), this reads those replies back,
 matches each to `--user`'s held-out prompt by its request, and grades it with the rule and the
-quality guard of today, as `bench.learn.sim.evaluate` would, so earlier runs can be read under the
+quality guard of today, with `bench.learn.sim.evaluate`'s grading and rates, so earlier runs can be read under the
 same rule as new ones. It generates nothing. A version evaluated twice (the runner's last point
 repeats the served version) is graded once per reply.
 """
@@ -28,7 +28,7 @@ def main(db: Path, user_name: str, out: Path | None) -> None:
     from sqlalchemy.orm import Session
 
     from bench.learn.quality import QualityGuard
-    from bench.learn.sim import rule_codes
+    from bench.learn.sim import grade_reply, summarize
     from bench.learn.users import all_users
     from core.models import Turn
     from core.turns import view_of
@@ -47,18 +47,12 @@ def main(db: Path, user_name: str, out: Path | None) -> None:
     rows = []
     print("| version | n | satisfied | guard | rule | words |\n|---|---|---|---|---|---|")
     for version in sorted(replies, key=lambda v: -1 if v is None else v):
-        graded = []
-        for question, (reply, cut) in sorted(replies[version].items()):
-            passed = guard.check(question, reply).passed
-            rule = not rule_codes(user, reply, truncated=cut)
-            graded.append({"question": question, "reply": reply, "guard": passed, "rule": rule,
-                           "satisfied": passed and rule})
-        n = len(graded)
-        row = {"version": version, "n": n, **{k: sum(g[k] for g in graded) / n for k in ("satisfied", "guard", "rule")},
-               "words": sum(len(g["reply"].split()) for g in graded) / n, "replies": graded}
+        graded = [grade_reply(user, guard, question, reply, truncated=cut) | {"question": question}
+                  for question, (reply, cut) in sorted(replies[version].items())]
+        row = {"version": version, **summarize(graded), "replies": graded}
         rows.append(row)
-        print(f"| {'base' if version is None else f'v{version}'} | {n} | {row['satisfied']:.2f} | "
-              f"{row['guard']:.2f} | {row['rule']:.2f} | {row['words']:.0f} |")
+        print(f"| {'base' if version is None else f'v{version}'} | {row['n']} | {row['satisfaction']:.2f} | "
+              f"{row['guard_rate']:.2f} | {row['rule_rate']:.2f} | {row['mean_words']:.0f} |")
     if out is not None:
         out.write_text(json.dumps({"db": str(db), "user": user_name, "versions": rows}, indent=1))
 

@@ -193,7 +193,6 @@ def run_one(settings: Settings, plan: Plan, guard: QualityGuard, shared: dict[st
             wait_for_judging(db_path, truths, timeout_s=plan.version_wait_s)
             if method != "off":  # the last full batches finish training after the last session
                 wait_for_training(db_path, timeout_s=plan.version_wait_s)
-                _catch_up(chat, plan, guard, server, record, x=len(truths), pools=pools_for(plan, user_name))
                 _served_last(chat, plan, guard, server, record, db_path, x=len(truths),
                              pools=pools_for(plan, user_name))
     except Exception as exc:  # one failed run must not lose the others; the error goes in the results
@@ -235,19 +234,10 @@ def _train_loop(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, rec
     return truths
 
 
-def _catch_up(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, record: dict[str, Any], *, x: int,
-              pools: list[str]) -> None:
-    """Evaluate the newest version if it is newer than the last evaluated one (trained after the end)."""
-    last = max((p["version"] for p in record["points"] if p["version"] is not None), default=0)
-    found = server.wait_for_version(last, 0.0)
-    if found is not None:
-        record["points"].append(eval_point(chat, plan, guard, x=x, version=found[0], model=found[1], pools=pools))
-
-
 def _served_last(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, record: dict[str, Any],
                  db_path: Path, *, x: int, pools: list[str]) -> None:
-    """Make the run's last point the version served at the end: after a rollback
-    (learner/regression.py) that is an earlier one than the newest trained."""
+    """Make the run's last point the version served at the end, if not evaluated last: usually the
+    newest, trained after the last session; after a rollback (learner/regression.py) an earlier one."""
     served, record["rolled_back"] = served_and_rolled_back(db_path)
     if not record["points"] or record["points"][-1]["version"] == served:
         return

@@ -200,18 +200,30 @@ def evaluate(chat: Chat, user: User, prompts: tuple[Prompt, ...], guard: Quality
         choices = list(pool.map(ask, prompts))
     rows = [_grade_eval(user, guard, p, c) for p, c in zip(prompts, choices, strict=True)]
     n = max(len(rows), 1)
-    out: dict[str, Any] = {
+    out: dict[str, Any] = {**summarize(rows), "samples": rows[:3]}
+    if user.tools:
+        out["valid_first_call_rate"] = out["satisfaction"]
+        out["correct_first_call_rate"] = sum(r.get("correct", False) for r in rows) / n
+    return out
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rates over graded replies (`grade_reply` rows, or tool-call rows with the same keys)."""
+    n = max(len(rows), 1)
+    return {
         "n": len(rows),
         "satisfaction": sum(r["satisfied"] for r in rows) / n,
         "guard_rate": sum(r["guard"] for r in rows) / n,
         "rule_rate": sum(r["rule"] for r in rows) / n,  # the rule alone, guard or not
         "mean_words": sum(len(r["reply"].split()) for r in rows) / n,  # shortening shows here first
-        "samples": rows[:3],
     }
-    if user.tools:
-        out["valid_first_call_rate"] = out["satisfaction"]
-        out["correct_first_call_rate"] = sum(r.get("correct", False) for r in rows) / n
-    return out
+
+
+def grade_reply(user: User, guard: QualityGuard, question: str, reply: str, *, truncated: bool) -> dict[str, Any]:
+    """One prose reply to a held-out question: the guard, the user's rule, and both together."""
+    passed = guard.check(question, reply).passed
+    rule_ok = not rule_codes(user, reply, truncated=truncated)
+    return {"satisfied": passed and rule_ok, "guard": passed, "rule": rule_ok, "reply": reply}
 
 
 def _grade_eval(user: User, guard: QualityGuard, prompt: Prompt, choice: Any) -> dict[str, Any]:
@@ -224,8 +236,4 @@ def _grade_eval(user: User, guard: QualityGuard, prompt: Prompt, choice: Any) ->
         # The guard is about prose answers; a tool call is graded by the tool's own rule.
         return {"satisfied": valid, "guard": True, "rule": valid, "correct": bool(check and check.correct),
                 "reply": str(calls[0][1:]) if calls else (message.content or "")[:200]}
-    reply = message.content or ""
-    verdict = guard.check(prompt.text, reply)
-    rule_ok = not rule_codes(user, reply, truncated=choice.finish_reason == "length")
-    return {"satisfied": verdict.passed and rule_ok, "guard": verdict.passed, "rule": rule_ok,
-            "reply": reply}
+    return grade_reply(user, guard, prompt.text, message.content or "", truncated=choice.finish_reason == "length")
