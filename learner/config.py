@@ -92,6 +92,23 @@ class TrainConfig:
     rollout_pick: Literal["all", "best"] = _f(
         "all", "all: learn every rollout the screen keeps; best: of a turn's kept rollouts, only the one "
         "with the highest gain (the reply the hint made likeliest; use with rollouts > 1).")
+    rollout_from: Literal["start", "divergence"] = _f(
+        "start", "start: the hinted teacher writes the whole rollout. divergence: the rollout keeps the "
+        "student's reply up to the first token where the hint asks for something else (with the hint in "
+        "view, the teacher's weights give that token more than rollout_divergence_margin nats less than "
+        "without, or prefer another token the hint raised by as much) and the teacher writes the rest; a "
+        "reply where the hint asks for nothing else gets no rollout (see rollout_stop_floor). A correction "
+        "about one part of a reply ('explain after the comparison') then keeps the part the user kept.")
+    rollout_divergence_margin: float = _f(
+        1.0, "Nats by which the hint must lower a reply token's logprob, or raise the teacher's preferred "
+        "other token's (same weights, with the hint against without), for the rollout to leave the student's "
+        "reply there (rollout_from divergence).")
+    rollout_stop_floor: float = _f(
+        -3.0, "rollout_from divergence: when the hint asks for nothing else at any token of the reply but the hinted "
+        "teacher gives the reply's end-of-sequence token a logprob below this, the rollout continues the "
+        "student's whole reply (a picture with no answer after it); otherwise such a reply gets no rollout. "
+        "Probed on SmolLM2-135M: after picture-only replies the hinted base model's stop logprob was -5.9 to -8.7, "
+        "after a complete long answer told 'keep it shorter' -0.45.")
     rollout_replay: int = _f(
         0, "Learned rollouts of earlier batches learned again with each batch (the N most recent, from the "
         "DB): a hint that shows the wanted reply may come once in many turns, and one pass of one "
@@ -123,6 +140,10 @@ class TrainConfig:
             problems.append(f"rollout_replay={self.rollout_replay}: set 0 or more")
         if self.rollout_pick not in ("all", "best"):
             problems.append(f"rollout_pick={self.rollout_pick!r}: set all or best")
+        if self.rollout_from not in ("start", "divergence"):
+            problems.append(f"rollout_from={self.rollout_from!r}: set start or divergence")
+        if self.rollout_divergence_margin <= 0:
+            problems.append(f"rollout_divergence_margin={self.rollout_divergence_margin}: set it above 0")
         if self.teacher not in ("base", "adapter"):
             problems.append(f"teacher={self.teacher!r}: set base or adapter")
         for name in ("batch_size", "steps_per_batch", "rank", "top_k", "logprob_chunk"):

@@ -48,6 +48,14 @@ scored 0.19) is dropped too.
 
 A rollout that writes the header the hint was introduced with ("[user's hint / instruction]") is
 the teacher continuing its own context, not answering; it is never learned.
+
+A correction often names one part of a reply ("Explain how it works after the comparison."), and a
+teacher that writes the whole reply afresh also rewrites the parts the user kept: in the analogy
+user's runs, the base teacher answered such corrections without the "Imagine" picture the student
+had learned, and the student unlearned it. With `rollout_from` "divergence", the rollout keeps the
+student's own reply up to the first token where the hint asks for something else (`divergence`), or all of it but
+its end when the hinted teacher would not have stopped there, and the teacher writes only the rest;
+its gain is measured over the part the teacher wrote.
 """
 
 from __future__ import annotations
@@ -203,6 +211,30 @@ def scored(model: Any, prompts: list[list[int]], replies: list[list[int]], *, de
         packed = pack(prompts[i:i + rows], replies[i:i + rows], device)
         out += packed.split(token_stats(model, packed, chunk=chunk).logprobs)
     return out
+
+
+def divergence(hint_effect: torch.Tensor, rival_effect: torch.Tensor, *, margin: float,
+               stop_logprob: float | None, stop_floor: float) -> int:
+    """Index of the first reply token where the hint asks for something else, under the teacher's weights:
+    the hint lowers the reply's token by more than `margin` nats (`hint_effect`, logprob with the hint
+    minus without), or the hinted teacher's likeliest token is another one that the hint raised by more
+    than `margin` (`rival_effect`; -inf where the likeliest token is the reply's). The second makes a
+    greedy rollout start where a fresh one would: when the hinted teacher opens with "Imagine" and the
+    hint is why, the rollout is the teacher's own from the first token. Comparing the teacher with
+    itself, not with the student, keeps what the student learned and the teacher's weights never had
+    (an opener the base model does not write) from reading as an objection.
+
+    The end of the reply is judged on its own (`stop_logprob`: the hinted teacher's logprob of the
+    reply's end-of-sequence token, None when it was cut at its budget): the hint barely moves a small
+    teacher's wish to stop, but a teacher shown "explain it after the comparison" that gives stopping
+    after the picture less than `stop_floor` would have gone on, so the reply is continued there.
+    Returns the reply's length when the hint asks for nothing else."""
+    asks = ((hint_effect < -margin) | (rival_effect > margin)).nonzero()
+    if len(asks):
+        return int(asks[0, 0])
+    if stop_logprob is not None and stop_logprob < stop_floor:
+        return len(hint_effect) - 1
+    return len(hint_effect)
 
 
 def gains(teacher: list[torch.Tensor], student: list[torch.Tensor]) -> list[float]:

@@ -227,23 +227,35 @@ class Learner:
             hinted = [i for i in hinted if samples[i].hint_source != "correction"]
             if not hinted:
                 return
+        budget = {i: min(cfg.rollout_max_tokens, samples[i].max_new_tokens or cfg.rollout_max_tokens) for i in hinted}
+        kept_from = {i: 0 for i in hinted}  # reply tokens of the student's each rollout starts with
+        if cfg.rollout_from == "divergence":
+            kept_from = self._divergences(samples, hinted)
+            hinted = [i for i in hinted if kept_from[i] < min(len(samples[i].response_ids), budget[i])]
+            if not hinted:
+                return
         order = [i for i in hinted for _ in range(cfg.rollouts)]
         teacher_prompts = [teacher_prompt_ids(self.tokenizer, samples[i]) for i in order]
-        budgets = [min(cfg.rollout_max_tokens, samples[i].max_new_tokens or cfg.rollout_max_tokens) for i in order]
+        prefixes = [samples[i].response_ids[:kept_from[i]] for i in order]
         eos = eos_token_ids(self.model, self.tokenizer)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
         with _teacher_weights(self.model, cfg.teacher):
-            written = rollouts.generate(self.model, teacher_prompts, budgets, eos_ids=eos, pad_id=pad,
-                                        temperature=cfg.rollout_temperature, device=self.device)
+            written = rollouts.generate(self.model, [p + pre for p, pre in zip(teacher_prompts, prefixes, strict=True)],
+                                        [budget[i] - len(pre) for i, pre in zip(order, prefixes, strict=True)],
+                                        eos_ids=eos, pad_id=pad, temperature=cfg.rollout_temperature,
+                                        device=self.device)
             live = [k for k, reply in enumerate(written) if reply]
             if not live:
                 return
             turns = [order[k] for k in live]  # sample index of each non-empty rollout
-            replies = [written[k] for k in live]
+            replies = [prefixes[k] + written[k] for k in live]
+            own = [len(prefixes[k]) for k in live]  # leading tokens the student wrote, not the teacher
             teacher = rollouts.scored(self.model, [teacher_prompts[k] for k in live], replies,
                                       device=self.device, chunk=cfg.logprob_chunk)
         student = rollouts.scored(self.model, [samples[i].prompt_ids for i in turns], replies,
                                   device=self.device, chunk=cfg.logprob_chunk)
+        gained = rollouts.gains([t[n:] for t, n in zip(teacher, own, strict=True)],
+                                [s[n:] for s, n in zip(student, own, strict=True)])
         texts = [self.tokenizer.decode(reply, skip_special_tokens=True) for reply in replies]
         grounded: list[float | None] = [None] * len(turns)
         if cfg.rollout_grounding_tokens:
@@ -256,7 +268,7 @@ class Learner:
             related = rollouts.relevance(self._sentence_embedder(), texts,
                                          [opening_request(samples[i].messages) for i in turns])
         verdicts: dict[int, list[tuple[int, rollouts.Verdict]]] = {}  # by sample index: (rollout, verdict)
-        for j, (i, gain) in enumerate(zip(turns, rollouts.gains(teacher, student), strict=True)):
+        for j, (i, gain) in enumerate(zip(turns, gained, strict=True)):
             verdict = rollouts.screen(
                 texts[j], hint=samples[i].hint or "", earlier=assistant_texts(samples[i].messages), gain=gain,
                 min_gain=cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo, max_copy=cfg.rollout_max_copy,
@@ -271,7 +283,7 @@ class Learner:
                 learned = verdict.kept and (cfg.rollout_pick == "all" or n == best)
                 out.rollout_notes.append((i, {"text": texts[j], **{
                     f: round(v, 3) if isinstance(v, float) else v for f, v in asdict(verdict).items()},
-                    "learned": learned, **({"ids": replies[j]} if learned else {})}))
+                    "learned": learned, "kept_from": own[j], **({"ids": replies[j]} if learned else {})}))
                 if learned:
                     kept.append(j)
         if not kept:
@@ -279,6 +291,29 @@ class Learner:
         out.rollout_teacher = torch.cat([teacher[j] for j in kept])
         out.rollout_turns = [turns[j] for j in kept]
         out.rollouts = pack([samples[turns[j]].prompt_ids for j in kept], [replies[j] for j in kept], self.device)
+
+    @torch.no_grad()
+    def _divergences(self, samples: list[Sample], hinted: list[int]) -> dict[int, int]:
+        """Per hinted sample, how many of its reply tokens come before the first one where the hint asks
+        for something else (`rollouts.divergence`: the teacher's weights with the hint against without)."""
+        cfg = self.config
+        replies = [samples[i].response_ids for i in hinted]
+        eos = set(eos_token_ids(self.model, self.tokenizer))
+        with_hint = pack([teacher_prompt_ids(self.tokenizer, samples[i]) for i in hinted], replies, self.device)
+        without = pack([samples[i].prompt_ids for i in hinted], replies, self.device)
+        with _teacher_weights(self.model, cfg.teacher):
+            top, top_with = topk_of(self.model, with_hint, 1, chunk=cfg.logprob_chunk)
+            hinted_lps = token_stats(self.model, with_hint, chunk=cfg.logprob_chunk).logprobs
+            plain = token_stats(self.model, without, chunk=cfg.logprob_chunk, extra_ids=top)
+        assert plain.extra_logprobs is not None
+        rival = torch.where(top[:, 0] == with_hint.targets, -torch.inf, (top_with - plain.extra_logprobs)[:, 0])
+        out = {}
+        for i, reply, effect, rival_i, lps in zip(hinted, replies, with_hint.split(hinted_lps - plain.logprobs),
+                                                  with_hint.split(rival), with_hint.split(hinted_lps), strict=True):
+            stop = float(lps[-1]) if reply[-1] in eos else None
+            out[i] = rollouts.divergence(effect, rival_i, margin=cfg.rollout_divergence_margin, stop_logprob=stop,
+                                         stop_floor=cfg.rollout_stop_floor)
+        return out
 
     def _sentence_embedder(self) -> Any:
         if self._embedder is None:

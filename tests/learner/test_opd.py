@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core.modelload import load_model
 from core.models import AdapterVersion, Turn
 from core.settings import Settings
+from core.tokens import unpack_ids
 from learner.config import TrainConfig
 from learner.losses import tail_logprob, topk_reverse_kl
 from learner.run import run_train_step
@@ -140,6 +141,41 @@ def test_teacher_rollouts_teach_the_hinted_reply_the_student_never_sampled(
         assert note["gain"] == pytest.approx(gain, abs=2e-3) and note["kept"]
     version = db.scalars(select(AdapterVersion)).one()
     assert version.metrics["summary"]["rollout_tokens"] > 0
+
+
+def test_divergence_rollouts_keep_the_students_reply_up_to_where_the_hinted_teacher_leaves_it(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    budget = 24
+    user, hint = "How does a refrigerator keep food cold?", "Go on and answer the question after it."
+    reply = "Imagine a refrigerator as a cold box in your kitchen."
+    msgs = [{"role": "user", "content": user}]
+    prompt, t_prompt, response = maker.prompt_ids(msgs), maker.prompt_ids(teacher_messages(msgs, hint)), \
+        maker.response_ids(reply)
+    # read with plain transformers: along the picture the hint lowers no token by a nat and raises no
+    # other token the hinted base model prefers by a nat, but that model would not stop after it
+    hinted, plain = maker.dist(t_prompt, response), maker.dist(prompt, response)
+    ids = torch.tensor(response)[:, None]
+    effect = (hinted.gather(-1, ids) - plain.gather(-1, ids))[:-1, 0]
+    top = hinted.argmax(-1, keepdim=True)
+    rival = (hinted.gather(-1, top) - plain.gather(-1, top))[:-1, 0][(top != ids)[:-1, 0]]
+    assert effect.min() > -1.0 and (rival.max() if len(rival) else 0.0) < 1.0 and hinted[-1, response[-1]] < -3.0
+    picture = maker.add(db, user, reply, score=-1, hint=hint, params={"max_new_tokens": budget})
+    _train(settings, session_factory, db, maker, model_path, extra=1, opd_mode="token", rollouts=1,
+           rollout_from="divergence", rollout_max_tokens=budget, rollout_min_gain=-100.0)
+    db.expire_all()
+    # the rollout is the student's picture and then the hinted teacher's own greedy continuation
+    (note,) = picture.advantage["rollouts"]
+    kept = response[:-1]
+    assert note["kept_from"] == len(kept)
+    assert note["text"] == maker.tokenizer.decode(kept + _greedy(maker, t_prompt + kept, budget - len(kept)),
+                                                  skip_special_tokens=True)
+    assert note["text"].startswith(reply) and len(note["text"]) > len(reply)
+    # every rollout starts with as much of its turn's reply as it kept
+    for turn in db.scalars(select(Turn).where(Turn.id != picture.id)).all():
+        for written in (turn.advantage or {}).get("rollouts", []):
+            ids = unpack_ids(turn.response_token_ids)[:written["kept_from"]]
+            assert written["text"].startswith(maker.tokenizer.decode(ids, skip_special_tokens=True))
 
 
 def test_best_of_sampled_rollouts_learns_only_the_one_the_hint_made_likeliest(

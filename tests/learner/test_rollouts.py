@@ -10,7 +10,17 @@ import pytest
 import torch
 
 from learner.config import TrainConfig
-from learner.rollouts import Verdict, opening_grounding, pick_best, relevance, repeated, scored, screen, share_in
+from learner.rollouts import (
+    Verdict,
+    divergence,
+    opening_grounding,
+    pick_best,
+    relevance,
+    repeated,
+    scored,
+    screen,
+    share_in,
+)
 from learner.samples import NEUTRAL_REQUEST, Sample, neutral_prompt_ids, opening_request
 
 DEFAULTS = {"min_gain": 0.0, "max_echo": 0.8, "max_copy": 0.5}
@@ -205,3 +215,26 @@ def test_a_rollout_that_writes_the_hint_header_is_not_learned() -> None:
     assert verdict.leaked and not verdict.kept
     assert screen("Birds migrate to follow food.", hint="Keep it shorter.", earlier=[], gain=1.0,
                   header=HINT_HEADER.strip(), **DEFAULTS).kept
+
+
+NONE = float("-inf")  # the hinted teacher's likeliest token is the reply's own
+
+
+@pytest.mark.parametrize(("hint_effect", "rival_effect", "stop", "expected"), [
+    # the hint lowers the third token by more than the margin: the rollout leaves the reply there
+    ([0.1, -0.4, -1.5, -3.0, 8.0], [NONE, 0.5, NONE, NONE, NONE], -0.2, 2),
+    # the hinted teacher prefers another first token, and the hint is why: a fresh rollout
+    ([-0.4, 0.0, 0.0, 0.0, 8.0], [2.5, NONE, NONE, NONE, NONE], -0.2, 0),
+    # it prefers another token the hint barely raised (its own taste, not the hint's): keep going
+    ([-0.4, 0.0, 0.0, 0.0, 8.0], [0.3, 0.9, NONE, NONE, NONE], -0.2, 5),
+    # nothing asked for, but the hinted teacher would not have stopped: continue the whole reply
+    ([2.0, -0.9, 0.5, 0.0, 8.0], [NONE] * 5, -5.9, 4),
+    # a reply cut at its token budget has no end of its own to judge
+    ([2.0, -0.9, 0.5, 0.0, 8.0], [NONE] * 5, None, 5),
+    # something asked for comes before the end
+    ([0.0, 0.0, 0.0, -2.0, 8.0], [NONE] * 5, -5.9, 3),
+])
+def test_a_rollout_keeps_the_reply_up_to_the_first_token_where_the_hint_asks_for_something_else(
+        hint_effect: list[float], rival_effect: list[float], stop: float | None, expected: int) -> None:
+    assert divergence(torch.tensor(hint_effect), torch.tensor(rival_effect), margin=1.0, stop_logprob=stop,
+                      stop_floor=-3.0) == expected
