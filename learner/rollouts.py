@@ -157,12 +157,16 @@ class Verdict:
 def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
           max_copy: float, relevance: float | None = None, min_relevance: float = 0.0,
           grounding: float | None = None, min_grounding: float = 0.0, header: str = "",
-          max_repeat: float = 1.0) -> Verdict:
+          max_repeat: float = 1.0, written: str | None = None) -> Verdict:
     """Whether a rollout is learned: the hint made it likelier, it is no echo of the hint or the chat,
     (each when given) it is about what the user asked and its opening depends on it, it does not
-    write the `header` that introduced the hint in the teacher's context, and it does not loop."""
+    write the `header` that introduced the hint in the teacher's context, and it does not loop.
+    `written` is the part the teacher wrote when the rollout continues the student's reply (the whole
+    text by default): a loop is looked for there, since an answer that names again what the picture
+    before it named ("Imagine a microwave, a device that heats food. The microwave is a device that
+    ...") is no loop."""
     verdict = Verdict(gain, share_in(hint, text), share_in(text, "\n".join(earlier)), False, relevance, grounding,
-                      bool(header) and header in text, repeated(text))
+                      bool(header) and header in text, repeated(text if written is None else written))
     failed = failed_checks(verdict, min_gain=min_gain, max_echo=max_echo, max_copy=max_copy,
                            min_relevance=min_relevance, min_grounding=min_grounding, max_repeat=max_repeat)
     return replace(verdict, kept=not failed)

@@ -238,3 +238,24 @@ def test_a_rollout_keeps_the_reply_up_to_the_first_token_where_the_hint_asks_for
         hint_effect: list[float], rival_effect: list[float], stop: float | None, expected: int) -> None:
     assert divergence(torch.tensor(hint_effect), torch.tensor(rival_effect), margin=1.0, stop_logprob=stop,
                       stop_floor=-3.0) == expected
+
+
+def test_a_continued_reply_is_checked_for_loops_in_what_the_teacher_wrote() -> None:
+    # from an analogy run: the student's picture, then the teacher's answer after it, which names the
+    # picture's words again; over the whole text that read as a loop
+    picture = "Imagine a device that converts sunlight into electricity."
+    answer = (" This device is called a solar panel. The process of converting sunlight into electricity is called "
+              "photovoltaics.\n\nThe process of solar panels is a clean and sustainable way to generate electricity. "
+              "It uses a device that captures sunlight and uses it to generate electricity. This device is called")
+    max_repeat = TrainConfig().rollout_max_repeat
+    assert repeated(picture + answer) > max_repeat
+    kept = screen(picture + answer, hint="Finish the picture and then explain.", earlier=[], gain=1.0,
+                  max_repeat=max_repeat, written=answer, **DEFAULTS)
+    assert kept.kept and kept.repeated == pytest.approx(repeated(answer))
+    # the same run's other continuation repeats itself: still a loop
+    picture = "Imagine a microwave, a device that can heat food."
+    looped = (" The microwave is a device that uses electromagnetic energy to cook food. It works by converting "
+              "electrical energy into mechanical energy, which is then used to heat food. The microwave is a device "
+              "that can heat food, but it's not a device that can heat water.")
+    assert not screen(picture + looped, hint="Go on and answer the question after it.", earlier=[], gain=1.0,
+                      max_repeat=max_repeat, written=looped, **DEFAULTS).kept
