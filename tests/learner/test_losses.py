@@ -118,3 +118,7 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(rollout_min_relevance=1.5)
     with pytest.raises(ValueError, match="rollout_grounding_tokens"):
         TrainConfig(rollout_grounding_tokens=-1)
+    with pytest.raises(ValueError, match="set start or divergence"):
+        TrainConfig(rollout_from="middle")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="rollout_divergence_margin"):
+        TrainConfig(rollout_divergence_margin=0.0)
