@@ -109,6 +109,10 @@ class TrainConfig:
         "student's whole reply (a picture with no answer after it); otherwise such a reply gets no rollout. "
         "Probed on SmolLM2-135M: after picture-only replies the hinted base model's stop logprob was -5.9 to -8.7, "
         "after a complete long answer told 'keep it shorter' -0.45.")
+    rollout_trim: bool = _f(
+        False, "Learn a rollout that ran into its token budget only up to the end of its last full sentence, "
+        "then the end-of-sequence token (as cut, it teaches the student never to stop, and the budget then cuts "
+        "the student off too: in an analogy run with divergence rollouts, 6 of 8 held-out replies ran out).")
     rollout_replay: int = _f(
         0, "Learned rollouts of earlier batches learned again with each batch (the N most recent, from the "
         "DB): a hint that shows the wanted reply may come once in many turns, and one pass of one "

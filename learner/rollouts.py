@@ -217,6 +217,22 @@ def scored(model: Any, prompts: list[list[int]], replies: list[list[int]], *, de
     return out
 
 
+SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
+
+
+def trim_to_sentence(reply: list[int], *, start: int, decode: Any, eos_ids: list[int]) -> list[int]:
+    """A rollout cut at its token budget, up to the end of its last full sentence after `start` (the
+    tokens the student wrote), then the first of `eos_ids`; unchanged when it ended by itself or has no
+    full sentence there. Learned as cut, a rollout teaches the student to run on at every point where it could have
+    stopped, and the budget then cuts the student's reply off too."""
+    if reply and reply[-1] in eos_ids:
+        return reply
+    for end in range(len(reply), start, -1):
+        if SENTENCE_END.search(decode(reply[start:end]).rstrip()):
+            return [*reply[:end], eos_ids[0]]
+    return reply
+
+
 def divergence(hint_effect: torch.Tensor, rival_effect: torch.Tensor, *, margin: float,
                stop_logprob: float | None, stop_floor: float) -> int:
     """Index of the first reply token where the hint asks for something else, under the teacher's weights:

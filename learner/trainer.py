@@ -250,6 +250,9 @@ class Learner:
             turns = [order[k] for k in live]  # sample index of each non-empty rollout
             replies = [prefixes[k] + written[k] for k in live]
             own = [len(prefixes[k]) for k in live]  # leading tokens the student wrote, not the teacher
+            if cfg.rollout_trim:
+                replies = [rollouts.trim_to_sentence(reply, start=n, decode=self.tokenizer.decode, eos_ids=eos)
+                           for reply, n in zip(replies, own, strict=True)]
             teacher = rollouts.scored(self.model, [teacher_prompts[k] for k in live], replies,
                                       device=self.device, chunk=cfg.logprob_chunk)
         student = rollouts.scored(self.model, [samples[i].prompt_ids for i in turns], replies,

@@ -20,6 +20,7 @@ from learner.rollouts import (
     scored,
     screen,
     share_in,
+    trim_to_sentence,
 )
 from learner.samples import NEUTRAL_REQUEST, Sample, neutral_prompt_ids, opening_request
 
@@ -259,3 +260,24 @@ def test_a_continued_reply_is_checked_for_loops_in_what_the_teacher_wrote() -> N
               "that can heat food, but it's not a device that can heat water.")
     assert not screen(picture + looped, hint="Go on and answer the question after it.", earlier=[], gain=1.0,
                       max_repeat=max_repeat, written=looped, **DEFAULTS).kept
+
+
+WORDS = ["Imagine", " a", " pipe", ".", " Data", " flows", " like", " water", "!", " It", " moves", "<end>"]
+
+
+def _decode(ids: list[int]) -> str:
+    return "".join(WORDS[i] for i in ids)
+
+
+@pytest.mark.parametrize(("reply", "start", "expected"), [
+    # cut at its budget mid-sentence: up to the last full sentence, then the end token
+    ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 0, [0, 1, 2, 3, 4, 5, 6, 7, 8, 11]),
+    # the last full sentence must be the teacher's: the student's own picture is not cut into
+    ([0, 1, 2, 3, 9, 10], 4, [0, 1, 2, 3, 9, 10]),
+    ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 4, [0, 1, 2, 3, 4, 5, 6, 7, 8, 11]),
+    # a rollout that ended by itself is learned as written
+    ([0, 1, 2, 3, 9, 10, 11], 0, [0, 1, 2, 3, 9, 10, 11]),
+])
+def test_a_rollout_cut_at_its_budget_is_learned_to_its_last_full_sentence(
+        reply: list[int], start: int, expected: list[int]) -> None:
+    assert trim_to_sentence(reply, start=start, decode=_decode, eos_ids=[11, 99]) == expected
