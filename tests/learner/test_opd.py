@@ -143,10 +143,12 @@ def test_teacher_rollouts_teach_the_hinted_reply_the_student_never_sampled(
     assert version.metrics["summary"]["rollout_tokens"] > 0
 
 
+@pytest.mark.parametrize("trim", [False, True])
 def test_divergence_rollouts_keep_the_students_reply_up_to_where_the_hinted_teacher_leaves_it(
-    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str,
+    trim: bool,
 ) -> None:
-    budget = 24
+    budget = 40
     user, hint = "How does a refrigerator keep food cold?", "Go on and answer the question after it."
     reply = "Imagine a refrigerator as a cold box in your kitchen."
     msgs = [{"role": "user", "content": user}]
@@ -162,15 +164,19 @@ def test_divergence_rollouts_keep_the_students_reply_up_to_where_the_hinted_teac
     assert effect.min() > -1.0 and (rival.max() if len(rival) else 0.0) < 1.0 and hinted[-1, response[-1]] < -3.0
     picture = maker.add(db, user, reply, score=-1, hint=hint, params={"max_new_tokens": budget})
     _train(settings, session_factory, db, maker, model_path, extra=1, opd_mode="token", rollouts=1,
-           rollout_from="divergence", rollout_max_tokens=budget, rollout_min_gain=-100.0)
+           rollout_from="divergence", rollout_max_tokens=budget, rollout_min_gain=-100.0, rollout_trim=trim)
     db.expire_all()
     # the rollout is the student's picture and then the hinted teacher's own greedy continuation
     (note,) = picture.advantage["rollouts"]
     kept = response[:-1]
     assert note["kept_from"] == len(kept)
-    assert note["text"] == maker.tokenizer.decode(kept + _greedy(maker, t_prompt + kept, budget - len(kept)),
-                                                  skip_special_tokens=True)
-    assert note["text"].startswith(reply) and len(note["text"]) > len(reply)
+    written = _greedy(maker, t_prompt + kept, budget - len(kept))
+    assert maker.tokenizer.convert_tokens_to_ids("<|im_end|>") not in written  # it runs into the budget
+    after = maker.tokenizer.decode(written, skip_special_tokens=True)
+    if trim:  # learned only to the end of its last full sentence
+        after = after[:max(after.rfind(mark) for mark in ".!?") + 1]
+        assert after
+    assert note["text"].rstrip() == (reply + after).rstrip()
     # every rollout starts with as much of its turn's reply as it kept
     for turn in db.scalars(select(Turn).where(Turn.id != picture.id)).all():
         for written in (turn.advantage or {}).get("rollouts", []):
