@@ -6,9 +6,11 @@
 Every evaluation reply is in the run's DB as a side turn, with the version that served it. When a
 user's rule is tightened (a loophole found in what a run learned), this reads those replies back,
 matches each to `--user`'s held-out prompt by its request, and grades it with the rule and the
-quality guard of today, with `bench.learn.sim.evaluate`'s grading and rates, so earlier runs can be read under the
-same rule as new ones. It generates nothing. A version evaluated twice (the runner's last point
-repeats the served version) is graded once per reply.
+quality guard of today, with `bench.learn.sim.evaluate`'s grading and rates, so earlier runs can be
+read under the same rule as new ones. The last column counts the first reason each unsatisfied reply
+fails: `irrelevant` for the guard, else the rule's code, `too_long` for a reply cut at the token
+limit. It generates nothing. A version evaluated twice (the runner's last point repeats the served
+version) is graded once per reply.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +30,7 @@ def main(db: Path, user_name: str, out: Path | None) -> None:
     from sqlalchemy.orm import Session
 
     from bench.learn.quality import QualityGuard
-    from bench.learn.sim import grade_reply, summarize
+    from bench.learn.sim import grade_reply, grade_text, summarize
     from bench.learn.users import all_users
     from core.models import Turn
     from core.turns import view_of
@@ -45,14 +47,18 @@ def main(db: Path, user_name: str, out: Path | None) -> None:
             if asked in heldout:
                 replies[turn.adapter_version_id][asked] = (turn.response_text or "", turn.finish_reason == "length")
     rows = []
-    print("| version | n | satisfied | guard | rule | words |\n|---|---|---|---|---|---|")
+    print("| version | n | satisfied | guard | rule | words | why not (first reason per reply) |\n"
+          "|---|---|---|---|---|---|---|")
     for version in sorted(replies, key=lambda v: -1 if v is None else v):
-        graded = [grade_reply(user, guard, question, reply, truncated=cut) | {"question": question}
+        graded = [grade_reply(user, guard, question, reply, truncated=cut)
+                  | {"question": question, "reason": grade_text(user, guard, question, reply, truncated=cut)[1]}
                   for question, (reply, cut) in sorted(replies[version].items())]
         row = {"version": version, **summarize(graded), "replies": graded}
         rows.append(row)
+        why = Counter(g["reason"] for g in graded if not g["satisfied"])
         print(f"| {'base' if version is None else f'v{version}'} | {row['n']} | {row['satisfaction']:.2f} | "
-              f"{row['guard_rate']:.2f} | {row['rule_rate']:.2f} | {row['mean_words']:.0f} |")
+              f"{row['guard_rate']:.2f} | {row['rule_rate']:.2f} | {row['mean_words']:.0f} | "
+              f"{', '.join(f'{reason} {n}' for reason, n in sorted(why.items()))} |")
     if out is not None:
         out.write_text(json.dumps({"db": str(db), "user": user_name, "versions": rows}, indent=1))
 
