@@ -56,6 +56,11 @@ had learned, and the student unlearned it. With `rollout_from` "divergence", the
 student's own reply up to the first token where the hint asks for something else (`divergence`), or all of it but
 its end when the hinted teacher would not have stopped there, and the teacher writes only the rest;
 its gain is measured over the part the teacher wrote.
+
+A rollout that runs into its token budget ends mid-sentence with no stop, and learned as cut it
+teaches the student to go on wherever it could have stopped; the budget then cuts the student off as
+well (analogy's and bottomline's held-out replies in the divergence runs). With `rollout_trim`, such
+a rollout is learned up to its last full sentence and then stops (`trim_to_sentence`).
 """
 
 from __future__ import annotations
