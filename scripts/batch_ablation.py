@@ -117,7 +117,7 @@ def grade(user: Any, guard: Any, prompts: list[str], written: list[tuple[str, bo
     rows = []
     for prompt, (text, cut) in zip(prompts, written, strict=True):
         passed = guard.check(prompt, text).passed
-        rule = not rule_codes(user, text, truncated=cut)
+        rule = not rule_codes(user, prompt, text, truncated=cut)
         rows.append({"satisfied": passed and rule, "guard": passed, "rule": rule,
                      "stock": bool(STOCK.search(text)), "reply": text})
     n = len(rows)

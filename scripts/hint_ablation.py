@@ -85,7 +85,7 @@ def run_arm(arm: str, user: User, corrections: list[str], model_path: str, versi
 
     def evaluate() -> str:
         texts = [tok.decode(reply(p.text, False)[1], skip_special_tokens=True) for p in user.heldout]
-        met = sum(not check(t) for t in texts)
+        met = sum(not check(p.text, t) for p, t in zip(user.heldout, texts, strict=True))
         sorry = sum(bool(APOLOGY.search(t)) for t in texts)
         print(f"    e.g. {texts[0][:100]!r}", file=sys.stderr, flush=True)
         return f"{met}/{len(texts)} met, {sorry} sorry"
@@ -101,7 +101,7 @@ def run_arm(arm: str, user: User, corrections: list[str], model_path: str, versi
             text = tok.decode(response, skip_special_tokens=True)
             hint = user.hint if arm == "rule" else rng.choice(corrections)
             samples.append(Sample(turn_id=i, prompt_ids=ids, response_ids=response, behavior_logprobs=logprobs,
-                                  score=-1 if check(text) else 1, hint=hint,
+                                  score=-1 if check(prompt, text) else 1, hint=hint,
                                   messages=[{"role": "user", "content": prompt}], max_new_tokens=64))
         learner.train_batch(samples)
         cells.append(evaluate())

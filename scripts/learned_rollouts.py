@@ -58,7 +58,7 @@ def main(db: Path, user_name: str, marker: str) -> None:
             question = current_question(view_of(s, turn).messages, [q.text for q in user.train])
             for note in notes:
                 passed = guard.check(question, note["text"]).passed
-                met = passed and not user.check(note["text"])
+                met = passed and not user.check(question, note["text"])
                 learned = bool(note.get("learned"))
                 if not learned:
                     failed.update(why_not(note, config))

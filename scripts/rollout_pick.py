@@ -56,7 +56,7 @@ def main(user_name: str, n: int, temperature: float) -> None:
     student = [ids([{"role": "user", "content": p}]) for p in prompts]
 
     def good(prompt: str, text: str) -> bool:
-        return not check(text) and guard.check(prompt, text).passed
+        return not check(prompt, text) and guard.check(prompt, text).passed
 
     print(f"{user.name}: {len(prompts)} training prompts, {n} samples at T={temperature} per prompt")
     print("| hint | greedy meets | a sample meets | best-gain sample meets | best-gain words |\n"

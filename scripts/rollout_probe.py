@@ -80,7 +80,7 @@ def main(db: Path, user_name: str) -> None:
             kind = "states the rule" if "in short" in (sample.hint or "").lower() else "other complaint"
             when = "first turn" if turn.turn_index == 0 else "redo turn"
             passed = guard.check(question, text).passed
-            met = passed and not user.check(text)
+            met = passed and not user.check(question, text)
             verdict = screen(text, hint=sample.hint or "", earlier=assistant_texts(sample.messages), gain=gain,
                             **thresholds)
             for key, on in (("n", True), ("met", met), ("on topic", passed), ("kept", verdict.kept),

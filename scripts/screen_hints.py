@@ -80,9 +80,10 @@ def main(user_name: str, framings: list[str]) -> None:
     def row(framing: str, hint: str, label: str) -> None:
         started = time.monotonic()
         replies = generate([FRAMINGS[framing](p, hint) for p in prompts])
-        met = sum(not check(r) for r in replies) / len(replies)
+        met = sum(not check(q, r) for q, r in zip(prompts, replies, strict=True)) / len(replies)
         passed = [g.passed for g in guard.check_many(list(zip(prompts, replies, strict=True)))]
-        met_guarded = sum(p and not check(r) for p, r in zip(passed, replies, strict=True)) / len(replies)
+        met_guarded = sum(p and not check(q, r)
+                          for p, q, r in zip(passed, prompts, replies, strict=True)) / len(replies)
         sorry = sum(bool(APOLOGY.search(r)) for r in replies) / len(replies)
         words = sum(len(r.split()) for r in replies) / len(replies)
         print(f"| {framing} | {label} | {met:.2f} | {met_guarded:.2f} | {sorry:.2f} | {words:.0f} |"
@@ -90,7 +91,7 @@ def main(user_name: str, framings: list[str]) -> None:
 
     base = generate([[{"role": "user", "content": p}] for p in prompts])
     print(f"{user.name}: {len(prompts)} training prompts; rule met by the base: "
-          f"{sum(not check(r) for r in base) / len(base):.2f}")
+          f"{sum(not check(q, r) for q, r in zip(prompts, base, strict=True)) / len(base):.2f}")
     print("| framing | hint | rule met | rule met, guard passed | apologises | words |\n|---|---|---|---|---|---|")
     for framing in framings:
         row(framing, user.hint, f"the rule in words: {user.hint}")

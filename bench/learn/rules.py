@@ -24,11 +24,16 @@ BOTTOM_LINE = re.compile(r"^[\W_]*in short\s*[,:\-–—]\s*\S", re.I)
 SURE_THING = re.compile(r"^[\W_]*sure thing\s*[!,.:\-–—]\s*\S", re.I)
 # "Imagine" as the reply's first word, then the everyday picture itself.
 IMAGINE = re.compile(r"^[\W_]*imagine\b\**\s+\S", re.I)
+IMAGINE_WORD = re.compile(r"^[\W_]*imagine\b\**", re.I)
 # A sentence that only paints another picture ("Now imagine ...", "Picture ...", "Think of ...").
 PICTURE = re.compile(r"^[\W_]*(?:(?:now|then|and|so|just)\s+)*(?:imagine|picture|think of|envision)\b", re.I)
 # A picture that is a comparison in itself: "Imagine a credit score as a school report ...".
 COMPARES = re.compile(r"\b(?:like|as (?:a|an|the|if|though)|similar to|just as)\b", re.I)
 # Where an answer may follow the picture inside its own sentence: "... a post office: it sorts letters."
+# Where a picture likens one thing to another: "Imagine a router as/like/is a post office".
+LIKENED = re.compile(r"\b(?:like|as|similar to|(?:is|are|were) (?:a|an|just|like))\b", re.I)
+# Where the thing pictured ends: a clause break, or a word that starts saying more about it.
+PICTURE_END = re.compile(r"\s*(?:[,:;]|\s[–—-]\s)|\s(?:that|which|who|where|when|with|for|of|to)\b", re.I)
 ANSWER_CLAUSE = re.compile(r"\s*(?:[:;]|\s[–—-])\s+")
 # A numbered step: "1." or "1)" at the start of a line (after optional markdown emphasis), then text.
 STEP = re.compile(r"^\s*\**(\d{1,2})[.)]\**\s+\S", re.M)
@@ -107,14 +112,20 @@ def check_casual(text: str) -> list[Violation]:
     return _opens_with(SURE_THING, text, Violation("sure_thing", "does not open with 'Sure thing!' and the answer"))
 
 
-def check_analogy(text: str, *, min_words: int = 12) -> list[Violation]:
+def check_analogy(text: str, *, topic: tuple[str, ...], min_words: int = 12) -> list[Violation]:
     """A learner who needs an everyday picture first: the reply opens with "Imagine", a comparison, and
     then the answer. A picture alone ("Imagine a router.") answers nothing: fewer than `min_words` words
     cannot hold both, and a run whose simulator thanked such replies learned to write only them. Nor
     does a chain of pictures ("Imagine a world where X. Now imagine a world where Y."), which a later
     run learned once twelve words were enough. The opening sentence must itself compare ("Imagine a
     credit score as a school report ...") or be followed by an answer: a sentence, or a clause after
-    a colon, semicolon or dash, that is not one more picture."""
+    a colon, semicolon or dash, that is not one more picture.
+
+    Nor is the thing asked about a picture of itself ("Imagine a smoke detector. It's designed to
+    ..."), which a run learned once the rules above were met: the picture (what follows "as" or
+    "like" when the opening likens, else what follows "Imagine") must not name any of `topic`,
+    the question's subject in a few words. Whether the picture is everyday is not checked: "Imagine
+    a hard drive as a powerful machine" passes."""
     missing = _opens_with(IMAGINE, text, Violation("analogy", "does not open with an everyday picture ('Imagine ...')"))
     if missing:
         return missing
@@ -126,7 +137,25 @@ def check_analogy(text: str, *, min_words: int = 12) -> list[Violation]:
     answered = any(WORD.search(p) and not PICTURE.match(p.strip()) for p in after)
     if not (answered or COMPARES.search(parts[0])):
         return [Violation("picture_only", "only pictures, no answer after them")]
+    named = [t for t in topic if names(pictured(parts[0]), t)]
+    if named:
+        return [Violation("self_picture", f"pictures {named[0]!r}, the thing asked about, not an everyday thing")]
     return []
+
+
+def pictured(opening: str) -> str:
+    """What an "Imagine ..." sentence pictures: after the word that likens it to something if there is
+    one, up to the first clause break or a word that says more about it ("that", "with", "for", ...)."""
+    body = IMAGINE_WORD.sub("", opening.strip(), count=1)
+    likened = LIKENED.search(body)
+    if likened:
+        body = body[likened.end():]
+    return PICTURE_END.split(body, maxsplit=1)[0]
+
+
+def names(text: str, term: str) -> bool:
+    """Whether `text` names `term` as whole words, in the singular or plural."""
+    return re.search(rf"\b{re.escape(term)}(?:s|es)?\b", text, re.I) is not None
 
 
 def check_steps(text: str, *, min_steps: int = 2) -> list[Violation]:

@@ -85,10 +85,10 @@ def cycle(prompts: tuple[Prompt, ...], rng: random.Random) -> Iterator[Prompt]:
 # --- text users ---------------------------------------------------------------------------------
 
 
-def rule_codes(user: User, reply: str, *, truncated: bool) -> list[str]:
+def rule_codes(user: User, question: str, reply: str, *, truncated: bool) -> list[str]:
     """The user's rule violations; a reply cut off at the token limit is too long for every user."""
     assert user.check is not None
-    codes = [v.code for v in user.check(reply)]
+    codes = [v.code for v in user.check(question, reply)]
     return codes or (["too_long"] if truncated else [])
 
 
@@ -98,7 +98,7 @@ def grade_text(user: User, guard: QualityGuard, question: str, reply: str, *,
     verdict = guard.check(question, reply)
     if not verdict.passed:
         return False, "irrelevant"
-    codes = rule_codes(user, reply, truncated=truncated)
+    codes = rule_codes(user, question, reply, truncated=truncated)
     return (not codes), (codes[0] if codes else "ok")
 
 
@@ -222,7 +222,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def grade_reply(user: User, guard: QualityGuard, question: str, reply: str, *, truncated: bool) -> dict[str, Any]:
     """One prose reply to a held-out question: the guard, the user's rule, and both together."""
     passed = guard.check(question, reply).passed
-    rule_ok = not rule_codes(user, reply, truncated=truncated)
+    rule_ok = not rule_codes(user, question, reply, truncated=truncated)
     return {"satisfied": passed and rule_ok, "guard": passed, "rule": rule_ok, "reply": reply}
 
 

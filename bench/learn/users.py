@@ -106,6 +106,11 @@ ANALOGY_NO_ANSWER = (
     "Nice image, but it stops there. Go on and answer the question after it.",
     "You set up a comparison and left it. Finish the picture and then explain.",
 )
+ANALOGY_ITSELF = (
+    "You pictured the very thing I asked about. Compare it to something from ordinary life instead.",
+    "That's not a comparison, that's the same thing again. Begin with 'Imagine' and something familiar.",
+    "I know what it is called, I need it likened to something I use every day. Start with 'Imagine' that.",
+)
 STEPS = (
     "That's one long block of text and I can't follow it. Lay it out as numbered steps, 1, 2, 3.",
     "You didn't number the steps. Put each one on its own line: 1., 2., 3.",
@@ -132,6 +137,7 @@ TOOL_MISSING = (
 class Prompt:
     text: str
     expected: dict[str, str] | None = None  # the correct tool arguments, for the tool scenario
+    topic: tuple[str, ...] = ()  # what the question asks about, in a few words (the analogy user)
 
 
 @dataclass(frozen=True)
@@ -141,7 +147,7 @@ class User:
     name: str
     description: str
     hint: str  # the preference in words, for the hinted-teacher ceiling
-    check: Callable[[str], list[Violation]] | None  # None: a tool-use user, judged by its calls
+    check: Callable[[str, str], list[Violation]] | None  # (question, reply); None: a tool-use user
     train: tuple[Prompt, ...]
     heldout: tuple[Prompt, ...]
     tools: list[dict[str, Any]] | None = None
@@ -168,6 +174,11 @@ def control_for(order: list[str] | tuple[str, ...], user: str) -> str | None:
     return users[(users.index(user) + 1) % len(users)] if len(users) > 1 and user in users else None
 
 
+def reply_only(check: Callable[[str], list[Violation]]) -> Callable[[str, str], list[Violation]]:
+    """A rule that reads the reply alone, as a (question, reply) check."""
+    return lambda _question, reply: check(reply)
+
+
 def thanks(rng: random.Random) -> str:
     return rng.choice(THANKS)
 
@@ -188,7 +199,8 @@ def load_pool(name: str) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
     for line in (DATA / f"{name}.jsonl").read_text().splitlines():
         if line.strip():
             row = json.loads(line)
-            (train if row["split"] == "train" else heldout).append(Prompt(row["prompt"], row.get("expected")))
+            prompt = Prompt(row["prompt"], row.get("expected"), tuple(row.get("topic", ())))
+            (train if row["split"] == "train" else heldout).append(prompt)
     return tuple(train), tuple(heldout)
 
 
@@ -200,6 +212,15 @@ def all_users() -> dict[str, User]:
     def user(name: str, description: str, hint: str, check: Callable[[str], list[Violation]] | None,
              **extra: Any) -> User:
         train, heldout = load_pool(name)
+        return User(name, description, hint, check and reply_only(check), train, heldout, **extra)
+
+    def analogy(name: str, description: str, hint: str, **extra: Any) -> User:
+        train, heldout = load_pool(name)
+        topics = {p.text: p.topic for p in (*train, *heldout)}
+
+        def check(question: str, reply: str) -> list[Violation]:
+            return rules.check_analogy(reply, topic=topics[question])
+
         return User(name, description, hint, check, train, heldout, **extra)
 
     return {
@@ -224,10 +245,10 @@ def all_users() -> dict[str, User]:
             "casual", "a casual user who wants a friendly register: the reply opens with 'Sure thing!'",
             "Begin your reply with 'Sure thing!' followed by the answer.", rules.check_casual,
             corrections={"sure_thing": SURE_THING}),
-        "analogy": user(
+        "analogy": analogy(
             "analogy", "a learner who needs an everyday picture first: the reply opens with 'Imagine'",
             "Begin your reply with 'Imagine' and an everyday comparison, then the answer.",
-            rules.check_analogy, corrections={"analogy": ANALOGY, "picture_only": ANALOGY_NO_ANSWER}),
+            corrections={"analogy": ANALOGY, "picture_only": ANALOGY_NO_ANSWER, "self_picture": ANALOGY_ITSELF}),
         "steps": user(
             "steps", "a new hire who wants how-to answers as numbered steps, one per line",
             "Answer as a numbered list of steps: 1., 2., 3., one step per line.", rules.check_steps,

@@ -107,7 +107,50 @@ ANALOGY = [
 
 @pytest.mark.parametrize(("text", "codes"), ANALOGY)
 def test_analogy_rule(text: str, codes: list[str]) -> None:
-    assert [v.code for v in rules.check_analogy(text)] == codes
+    """The reply's shape, whatever the question asked about (no topic to picture)."""
+    assert [v.code for v in rules.check_analogy(text, topic=())] == codes
+
+
+SMOKE = ("smoke detector", "detector")
+HARD_DRIVE = ("hard drive", "hard disk")
+SELF_PICTURE = [
+    # Final replies of a run whose rule did not look at the picture: the thing asked about, then its definition.
+    (SMOKE, "Imagine a smoke detector. It's designed to notice tiny particles of smoke in the air.", ["self_picture"]),
+    (("exchange rate", "currency"), "Imagine a currency exchange rate. It's a way to convert one currency into "
+     "another.", ["self_picture"]),
+    (("loan", "interest"), "Imagine a loan with a 10% interest rate. This means the interest you pay adds up to 10% "
+     "a year.", ["self_picture"]),
+    (SMOKE, "Imagine you're using smoke detectors at home. They sense particles in the air.", ["self_picture"]),
+    (("refrigerator", "fridge"), "Imagine your fridge is a box that pumps heat out. That is how food stays "
+     "cold.", []),
+    (SMOKE, "Imagine a smoke detector as a nose on the ceiling: it sniffs the air for smoke.", []),
+    (SMOKE, "Imagine a smoke detector as a smoke detector in a kitchen. It beeps when it notices smoke.",
+     ["self_picture"]),
+    (("data centre", "data center"), "Imagine data centres as giant libraries. They store websites and serve "
+     "them to you.", []),
+    (("router",), "Imagine your router as a post office for the house: it sorts every letter to its room.", []),
+    (("loan", "interest"), "Imagine you lend a friend ten pounds and ask for eleven back. That extra pound is "
+     "interest.", []),
+    (HARD_DRIVE, "Imagine a filing cabinet that keeps your papers when the lights go off. A hard drive does that for "
+     "files.", []),
+    # Not checked: whether the picture is an everyday thing.
+    (HARD_DRIVE, "Imagine a computer's hard drive as a powerful and efficient machine that stores data.", []),
+]
+
+
+@pytest.mark.parametrize(("topic", "text", "codes"), SELF_PICTURE)
+def test_the_picture_is_not_the_thing_asked_about(topic: tuple[str, ...], text: str, codes: list[str]) -> None:
+    assert [v.code for v in rules.check_analogy(text, topic=topic)] == codes
+
+
+def test_every_analogy_question_names_its_topic_in_its_own_words() -> None:
+    """The topic is what the question asks about, so a reply picturing it by the question's words fails."""
+    user = all_users()["analogy"]
+    for prompt in (*user.train, *user.heldout):
+        assert prompt.topic and any(rules.names(prompt.text, t) for t in prompt.topic), prompt.text
+        assert user.check is not None
+        reply = f"Imagine a {prompt.topic[0]}. It works in a few steps anyone can follow."
+        assert [v.code for v in user.check(prompt.text, reply)] == ["self_picture"], prompt.text
 
 
 STEPS = [
@@ -177,8 +220,8 @@ def test_the_base_style_reply_fails_every_text_rule() -> None:
     reply = ("Certainly! Here's why.\n\n## Reasons\n\n1. Less daylight means less chlorophyll.\n"
              "2. Yellow pigments show. 3. Red ones are made. This happens every autumn in many trees.")
     for name in ("student", "teacher", "brief", "bottomline", "casual", "analogy"):
-        check = all_users()[name].check
-        assert check is not None and check(reply), name
+        user = all_users()[name]
+        assert user.check is not None and user.check(user.train[0].text, reply), name
 
 
 def test_reactions_never_state_a_score_and_name_the_fault() -> None:

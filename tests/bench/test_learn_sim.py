@@ -115,8 +115,8 @@ def test_evaluation_is_greedy_side_turns_graded_by_rule_and_guard(guard: Quality
 
 
 def test_a_reply_cut_off_at_the_token_limit_is_too_long() -> None:
-    student = all_users()["student"]
-    assert rule_codes(student, "Bees turn nectar into honey.", truncated=False) == []
+    student, bees = all_users()["student"], "What do bees make?"
+    assert rule_codes(student, bees, "Bees turn nectar into honey.", truncated=False) == []
     cut = "Bees turn nectar into honey. They fan it until"
-    assert rule_codes(student, cut, truncated=True) == ["too_long"]
-    assert rule_codes(student, "- nectar\n- wings", truncated=True) == ["list"]  # the real fault first
+    assert rule_codes(student, bees, cut, truncated=True) == ["too_long"]
+    assert rule_codes(student, bees, "- nectar\n- wings", truncated=True) == ["list"]  # the real fault first
