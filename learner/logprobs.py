@@ -120,17 +120,21 @@ def token_stats(
 
 
 @torch.no_grad()
-def topk_of(model: Any, packed: Packed, k: int, *, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """The model's top-K token ids [n_resp, K] and their logprobs at each response position."""
+def topk_of(
+    model: Any, packed: Packed, k: int, *, chunk: int = 1024
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The model's top-K token ids [n_resp, K] and their logprobs at each response position, and the
+    logprobs of `packed.targets` [n_resp] from the same forward pass."""
     hidden, lm_head = _hidden(model, packed)
     hidden = hidden.index_select(0, packed.predict_at)
-    ids, lps = [], []
+    ids, lps, targets = [], [], []
     for start in range(0, hidden.shape[0], chunk):
         logp = F.log_softmax(lm_head(hidden[start : start + chunk]).float(), dim=-1)
         top = logp.topk(k, dim=-1)
         ids.append(top.indices)
         lps.append(top.values)
-    return torch.cat(ids), torch.cat(lps)
+        targets.append(logp.gather(-1, packed.targets[start : start + chunk, None]).squeeze(-1))
+    return torch.cat(ids), torch.cat(lps), torch.cat(targets)
 
 
 def naive_token_logprobs(model: Any, packed: Packed) -> torch.Tensor:

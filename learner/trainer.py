@@ -213,7 +213,7 @@ class Learner:
                 adv = opd_token_advantage(teacher, student[positions], cfg.opd_clip)
                 out.opd_adv = out.opd_adv.index_put((positions,), cfg.w_opd * adv)
             else:
-                ids, lps = topk_of(self.model, t_packed, cfg.top_k, chunk=cfg.logprob_chunk)
+                ids, lps, _ = topk_of(self.model, t_packed, cfg.top_k, chunk=cfg.logprob_chunk)
                 n = len(out.packed.targets)
                 out.teacher_ids = torch.zeros((n, cfg.top_k), dtype=ids.dtype, device=self.device)
                 out.teacher_lps = torch.zeros((n, cfg.top_k), dtype=lps.dtype, device=self.device)
@@ -229,15 +229,15 @@ class Learner:
                 return
         budget = {i: min(cfg.rollout_max_tokens, samples[i].max_new_tokens or cfg.rollout_max_tokens) for i in hinted}
         kept_from = {i: 0 for i in hinted}  # reply tokens of the student's each rollout starts with
+        eos = eos_token_ids(self.model, self.tokenizer)
         if cfg.rollout_from == "divergence":
-            kept_from = self._divergences(samples, hinted)
+            kept_from = self._divergences(samples, hinted, set(eos))
             hinted = [i for i in hinted if kept_from[i] < min(len(samples[i].response_ids), budget[i])]
             if not hinted:
                 return
         order = [i for i in hinted for _ in range(cfg.rollouts)]
         teacher_prompts = [teacher_prompt_ids(self.tokenizer, samples[i]) for i in order]
         prefixes = [samples[i].response_ids[:kept_from[i]] for i in order]
-        eos = eos_token_ids(self.model, self.tokenizer)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
         with _teacher_weights(self.model, cfg.teacher):
             written = rollouts.generate(self.model, [p + pre for p, pre in zip(teacher_prompts, prefixes, strict=True)],
@@ -297,17 +297,15 @@ class Learner:
         out.rollouts = pack([samples[turns[j]].prompt_ids for j in kept], [replies[j] for j in kept], self.device)
 
     @torch.no_grad()
-    def _divergences(self, samples: list[Sample], hinted: list[int]) -> dict[int, int]:
+    def _divergences(self, samples: list[Sample], hinted: list[int], eos: set[int]) -> dict[int, int]:
         """Per hinted sample, how many of its reply tokens come before the first one where the hint asks
         for something else (`rollouts.divergence`: the teacher's weights with the hint against without)."""
         cfg = self.config
         replies = [samples[i].response_ids for i in hinted]
-        eos = set(eos_token_ids(self.model, self.tokenizer))
         with_hint = pack([teacher_prompt_ids(self.tokenizer, samples[i]) for i in hinted], replies, self.device)
         without = pack([samples[i].prompt_ids for i in hinted], replies, self.device)
         with _teacher_weights(self.model, cfg.teacher):
-            top, top_with = topk_of(self.model, with_hint, 1, chunk=cfg.logprob_chunk)
-            hinted_lps = token_stats(self.model, with_hint, chunk=cfg.logprob_chunk).logprobs
+            top, top_with, hinted_lps = topk_of(self.model, with_hint, 1, chunk=cfg.logprob_chunk)
             plain = token_stats(self.model, without, chunk=cfg.logprob_chunk, extra_ids=top)
         assert plain.extra_logprobs is not None
         rival = torch.where(top[:, 0] == with_hint.targets, -torch.inf, (top_with - plain.extra_logprobs)[:, 0])
