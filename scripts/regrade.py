@@ -2,6 +2,8 @@
 
     python scripts/regrade.py RUN.db --user analogy [--json OUT.json]
     (RUN.db: a run's learnproxy.db, left by `learnproxy bench learn --keep DIR` under DIR/<run>/)
+    python scripts/regrade.py regrade_<tag>_<user>_seed<S>.json --user analogy [--json OUT.json]
+    (an earlier regrade's JSON, which holds every reply, for a run whose DB is gone)
 
 Every evaluation reply is in the run's DB as a side turn, with the version that served it. When a
 user's rule is tightened (a loophole found in what a run learned), this reads those replies back,
@@ -11,6 +13,12 @@ read under the same rule as new ones. The last column counts the first reason ea
 fails: `irrelevant` for the guard, else the rule's code, `too_long` for a reply cut at the token
 limit. It generates nothing. A version evaluated twice (the runner's last point repeats the served
 version) is graded once per reply.
+
+An earlier regrade's JSON stores each reply's question and text, and from this version on whether it
+was cut at the token limit (`cut`). Older files lack it; a reply is then taken as cut when its first
+reason was `too_long`. For a user whose rule has no `too_long` code of its own (analogy, bottomline,
+casual, steps) and a rule that has only grown stricter since, that is exact: a reply that failed for
+another reason fails again anyway.
 """
 
 from __future__ import annotations
@@ -39,19 +47,26 @@ def main(db: Path, user_name: str, out: Path | None) -> None:
     heldout = {p.text for p in user.heldout}
     guard = QualityGuard()
     replies: dict[int | None, dict[str, tuple[str, bool]]] = defaultdict(dict)
-    engine = create_engine(f"sqlite:///file:{db}?mode=ro&uri=true")
-    with Session(engine) as session:
-        for turn in session.scalars(select(Turn).where(Turn.turn_type == "side").order_by(Turn.id)):
-            messages = view_of(session, turn, with_tokens=False).messages
-            asked = messages[0].get("content") if messages else None
-            if asked in heldout:
-                replies[turn.adapter_version_id][asked] = (turn.response_text or "", turn.finish_reason == "length")
+    if db.suffix == ".json":
+        for row in json.loads(db.read_text())["versions"]:
+            for r in row["replies"]:
+                replies[row["version"]][r["question"]] = (r["reply"], r.get("cut", r["reason"] == "too_long"))
+    else:
+        engine = create_engine(f"sqlite:///file:{db}?mode=ro&uri=true")
+        with Session(engine) as session:
+            for turn in session.scalars(select(Turn).where(Turn.turn_type == "side").order_by(Turn.id)):
+                messages = view_of(session, turn, with_tokens=False).messages
+                asked = messages[0].get("content") if messages else None
+                if asked in heldout:
+                    replies[turn.adapter_version_id][asked] = (turn.response_text or "",
+                                                               turn.finish_reason == "length")
     rows = []
     print("| version | n | satisfied | guard | rule | words | why not (first reason per reply) |\n"
           "|---|---|---|---|---|---|---|")
     for version in sorted(replies, key=lambda v: -1 if v is None else v):
         graded = [grade_reply(user, guard, question, reply, truncated=cut)
-                  | {"question": question, "reason": grade_text(user, guard, question, reply, truncated=cut)[1]}
+                  | {"question": question, "cut": cut,
+                     "reason": grade_text(user, guard, question, reply, truncated=cut)[1]}
                   for question, (reply, cut) in sorted(replies[version].items())]
         row = {"version": version, **summarize(graded), "replies": graded}
         rows.append(row)
