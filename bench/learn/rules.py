@@ -22,18 +22,19 @@ WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
 BOTTOM_LINE = re.compile(r"^[\W_]*in short\s*[,:\-–—]\s*\S", re.I)
 # "Sure thing" as the reply's first words, then punctuation and the answer itself.
 SURE_THING = re.compile(r"^[\W_]*sure thing\s*[!,.:\-–—]\s*\S", re.I)
-# "Imagine" as the reply's first word, then the everyday picture itself.
-IMAGINE = re.compile(r"^[\W_]*imagine\b\**\s+\S", re.I)
+# "Imagine" as the reply's first word (markdown emphasis allowed), then the everyday picture itself.
 IMAGINE_WORD = re.compile(r"^[\W_]*imagine\b\**", re.I)
+IMAGINE = re.compile(IMAGINE_WORD.pattern + r"\s+\S", re.I)
 # A sentence that only paints another picture ("Now imagine ...", "Picture ...", "Think of ...").
 PICTURE = re.compile(r"^[\W_]*(?:(?:now|then|and|so|just)\s+)*(?:imagine|picture|think of|envision)\b", re.I)
 # A picture that is a comparison in itself: "Imagine a credit score as a school report ...".
 COMPARES = re.compile(r"\b(?:like|as (?:a|an|the|if|though)|similar to|just as)\b", re.I)
-# Where an answer may follow the picture inside its own sentence: "... a post office: it sorts letters."
-# Where a picture likens one thing to another: "Imagine a router as/like/is a post office".
+# Where a picture likens one thing to another: "Imagine a router as/like/is a post office". Broader
+# than COMPARES, which decides whether the opening compares at all; this only finds where the picture is.
 LIKENED = re.compile(r"\b(?:like|as|similar to|(?:is|are|were) (?:a|an|just|like))\b", re.I)
 # Where the thing pictured ends: a clause break, or a word that starts saying more about it.
 PICTURE_END = re.compile(r"\s*(?:[,:;]|\s[–—-]\s)|\s(?:that|which|who|where|when|with|for|of|to)\b", re.I)
+# Where an answer may follow the picture inside its own sentence: "... a post office: it sorts letters."
 ANSWER_CLAUSE = re.compile(r"\s*(?:[:;]|\s[–—-])\s+")
 # A numbered step: "1." or "1)" at the start of a line (after optional markdown emphasis), then text.
 STEP = re.compile(r"^\s*\**(\d{1,2})[.)]\**\s+\S", re.M)
@@ -137,7 +138,8 @@ def check_analogy(text: str, *, topic: tuple[str, ...], min_words: int = 12) -> 
     answered = any(WORD.search(p) and not PICTURE.match(p.strip()) for p in after)
     if not (answered or COMPARES.search(parts[0])):
         return [Violation("picture_only", "only pictures, no answer after them")]
-    named = [t for t in topic if names(pictured(parts[0]), t)]
+    picture = pictured(parts[0])
+    named = [t for t in topic if names(picture, t)]
     if named:
         return [Violation("self_picture", f"pictures {named[0]!r}, the thing asked about, not an everyday thing")]
     return []

@@ -146,9 +146,9 @@ def test_the_picture_is_not_the_thing_asked_about(topic: tuple[str, ...], text: 
 def test_every_analogy_question_names_its_topic_in_its_own_words() -> None:
     """The topic is what the question asks about, so a reply picturing it by the question's words fails."""
     user = all_users()["analogy"]
+    assert user.check is not None
     for prompt in (*user.train, *user.heldout):
         assert prompt.topic and any(rules.names(prompt.text, t) for t in prompt.topic), prompt.text
-        assert user.check is not None
         reply = f"Imagine a {prompt.topic[0]}. It works in a few steps anyone can follow."
         assert [v.code for v in user.check(prompt.text, reply)] == ["self_picture"], prompt.text
 
