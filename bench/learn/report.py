@@ -251,11 +251,24 @@ def plot(results: dict[str, Any], user: str, path: Path) -> None:
     plt.close(fig)
 
 
+METHODS = ("off", "rl", "opd", "combined")  # in the order tables show them
+MERGE_FREE = ("seeds", "methods")  # the only plan fields merged runs may differ in
+
+
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One result from several runs of the same plan with different seeds (for the headline means)."""
+    """One result from several runs of the same plan with different seeds or methods (for the headline
+    means and the method comparison). Runs under different settings would mix what they measure, so
+    any other difference in their plans is refused."""
     first = parts[0]
+    for part in parts[1:]:
+        differ = sorted(k for k in {*first["plan"], *part["plan"]} - set(MERGE_FREE)
+                        if first["plan"].get(k) != part["plan"].get(k))
+        if differ:
+            raise ValueError(f"cannot merge runs whose plans differ in {', '.join(differ)}: "
+                             f"{first['command']!r} and {part['command']!r}")
     seeds = sorted({s for p in parts for s in p["plan"]["seeds"]})
-    plan = {**first["plan"], "seeds": seeds}
+    methods = sorted({m for p in parts for m in p["plan"]["methods"]}, key=METHODS.index)
+    plan = {**first["plan"], "seeds": seeds, "methods": methods}
     return {**first, "mode": "merged", "plan": plan, "command": "; ".join(p["command"] for p in parts),
             "runs": [r for p in parts for r in p["runs"]],
             "elapsed_s": sum(p.get("elapsed_s", 0.0) for p in parts)}

@@ -35,7 +35,7 @@ from bench.learn.users import Prompt, User, all_users, control_for
 from core.modelload import set_torch_threads
 from core.settings import Settings
 
-METHODS = ("off", "rl", "opd", "combined")
+METHODS = report.METHODS
 # The full run trains on users whose rule the base model can follow with the hint in its prompt
 # (teacher's form it never writes, nor casual's opener with an answer after it: nothing to distill;
 # run them with --users). Each user's control is the next one (users.control_for): no two
@@ -351,7 +351,11 @@ def main(argv: list[str], settings: Settings) -> int:
     if not re.fullmatch(r"[A-Za-z0-9-]*", args.tag):
         raise SystemExit(f"--tag {args.tag!r}: use letters, digits and '-'")
     if args.merge:
-        results = report.merge([json.loads(path.read_text()) for path in args.merge])
+        try:
+            results = report.merge([json.loads(path.read_text()) for path in args.merge])
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from exc
+        results = {**results, "variant": args.tag or results.get("variant")}
         report.write(results, args.out)
     else:
         results = execute(settings, plan_from(args), command=command, mode="quick" if args.quick else "full",

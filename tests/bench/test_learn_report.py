@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.learn import report
 
 
@@ -132,3 +134,43 @@ def test_render_lists_rolled_back_versions_only_when_there_are_some() -> None:
     md = report.render(r)
     assert "#### Versions rolled back" in md
     assert "| combined / student / seed 0 | v2 | v1 | -0.56 (9) | 0.27 (11) |" in md
+
+
+def test_merge_puts_methods_side_by_side_in_their_order() -> None:
+    r = results()
+    combined = {**r, "plan": {**r["plan"], "methods": ["combined"]},
+                "runs": [x for x in r["runs"] if x["method"] == "combined"]}
+    off = {**r, "plan": {**r["plan"], "methods": ["off"]}, "runs": [x for x in r["runs"] if x["method"] == "off"],
+           "command": "learnproxy bench learn --method off"}
+    merged = report.merge([combined, off])
+    assert merged["plan"]["methods"] == ["off", "combined"]
+    assert "| interactions | off | combined |" in report.render(merged)
+    assert report.specific_gain(merged, "combined", "student") == report.specific_gain(r, "combined", "student")
+
+
+def test_merge_refuses_runs_under_different_settings() -> None:
+    r = results()
+    other = {**r, "plan": {**r["plan"], "interactions": r["plan"]["interactions"] * 2, "seeds": [5]}}
+    with pytest.raises(ValueError, match="interactions"):
+        report.merge([r, other])
+
+
+def test_merge_from_the_command_line_names_its_files_by_tag(tmp_path: Path) -> None:
+    from bench.learn.runner import main
+    from core.settings import Settings
+
+    r = results()
+    parts = []
+    for seed in (0, 1):
+        path = tmp_path / f"seed{seed}.json"
+        path.write_text(json.dumps({**r, "plan": {**r["plan"], "seeds": [seed]},
+                                    "runs": [x for x in r["runs"] if x["seed"] == seed]}))
+        parts.append(str(path))
+    main(["--merge", *parts, "--tag", "both", "--out", str(tmp_path)], Settings())
+    merged = json.loads((tmp_path / "learn_results" / "learn_merged_both_seed0.json").read_text())
+    assert merged["plan"]["seeds"] == [0, 1] and merged["variant"] == "both"
+
+    clash = tmp_path / "clash.json"
+    clash.write_text(json.dumps({**r, "plan": {**r["plan"], "max_tokens": 96}}))
+    with pytest.raises(SystemExit, match="max_tokens"):
+        main(["--merge", parts[0], str(clash), "--out", str(tmp_path)], Settings())
