@@ -1,9 +1,10 @@
 """Screen candidate user rules for the learning benchmark: the base model's rate against its rate
 with the rule as a hint in its prompt (the ceiling hint distillation can pass on).
 
-    python scripts/screen_rules.py [NAME ...]      (default: every candidate; about 30 s each on 2 cores)
+    python scripts/screen_rules.py [--pool USER] [NAME ...]      (default: every candidate; about 30 s each on 2 cores)
 
-Training prompts only (every fifth of student's and brief's pools: 15), never held-out ones, greedy,
+Training prompts only (every fifth of student's and brief's pools: 15; with --pool, every other one of
+that user's training pool), never held-out ones, greedy,
 64 new tokens, in-process on the CPU. A rule worth a simulated user has a base rate near 0, a hinted
 rate well above 0.5, and no generic change (shorter replies, say) that meets it.
 """
@@ -31,6 +32,14 @@ CANDIDATES: dict[str, tuple[Callable[[str], bool], str]] = {
                        "Start your reply with 'Great question!'"),
     "in_short": (lambda t: t.strip().lower().startswith("in short"), "Begin your reply with 'In short,'."),
     "numbered": (lambda t: len(re.findall(r"^\s*\d[.)]\s", t, re.M)) >= 2, "Answer as a numbered list of steps."),
+    "honestly": (lambda t: bool(re.match(r"\W*honestly\s*[,:]\s*\S", t.strip(), re.I)),
+                 "Begin your reply with 'Honestly,' and then your answer."),
+    "my_advice": (lambda t: bool(re.match(r"\W*my advice\s*[,:]\s*\S", t.strip(), re.I)),
+                  "Begin your reply with 'My advice:' and then the advice."),
+    "quick_answer": (lambda t: bool(re.match(r"\W*quick answer\s*[,:]\s*\S", t.strip(), re.I)),
+                     "Begin your reply with 'Quick answer:' and then the answer."),
+    "good_news": (lambda t: bool(re.match(r"\W*good news\s*[,:!]\s*\S", t.strip(), re.I)),
+                  "Begin your reply with 'Good news:' and then the answer."),
     "bold": (lambda t: "**" in t, "Put the key term in **bold**."),
     "analogy": (lambda t: bool(re.search(r"\b(imagine|think of it|it's like|is like)\b", t, re.I)),
                 "Explain it with an everyday analogy, starting 'Imagine'."),
@@ -42,17 +51,17 @@ CANDIDATES: dict[str, tuple[Callable[[str], bool], str]] = {
 }
 
 
-def training_prompts() -> list[str]:
+def training_prompts(pool: str | None = None) -> list[str]:
     prompts = []
-    for name in ("student", "brief"):
+    for name in (pool,) if pool else ("student", "brief"):
         for line in (ROOT / "bench/learn/data" / f"{name}.jsonl").read_text().splitlines():
             row = json.loads(line)
             if row["split"] == "train":
                 prompts.append(row["prompt"])
-    return prompts[::5][:16]
+    return prompts[::2] if pool else prompts[::5][:16]
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], pool: str | None = None) -> None:
     import torch
 
     from core.modelload import load_model, load_tokenizer, resolve_model_path
@@ -63,7 +72,7 @@ def main(names: list[str]) -> None:
     path = resolve_model_path(settings.model, settings.models_dir)
     tok, model = load_tokenizer(path), load_model(path, "cpu", "float32")
     tok.padding_side = "left"
-    prompts = training_prompts()
+    prompts = training_prompts(pool)
 
     def generate(texts: list[str]) -> list[str]:
         out: list[str] = []
@@ -89,4 +98,7 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    at = args.index("--pool") if "--pool" in args else None
+    pool = args[at + 1] if at is not None else None
+    main(args[:at] + args[at + 2:] if at is not None else args, pool)

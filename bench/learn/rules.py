@@ -22,6 +22,8 @@ WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
 BOTTOM_LINE = re.compile(r"^[\W_]*in short\s*[,:\-–—]\s*\S", re.I)
 # "Sure thing" as the reply's first words, then punctuation and the answer itself.
 SURE_THING = re.compile(r"^[\W_]*sure thing\s*[!,.:\-–—]\s*\S", re.I)
+# "My advice:" as the reply's first words, then the advice itself.
+MY_ADVICE = re.compile(r"^[\W_]*my advice\s*[,:\-–—]\s*\S", re.I)
 # "Imagine" as the reply's first word (markdown emphasis allowed), then the everyday picture itself.
 IMAGINE_WORD = re.compile(r"^[\W_]*imagine\b\**", re.I)
 IMAGINE = re.compile(IMAGINE_WORD.pattern + r"\s+\S", re.I)
@@ -111,6 +113,11 @@ def check_bottomline(text: str) -> list[Violation]:
 def check_casual(text: str) -> list[Violation]:
     """A user who wants a friendly, casual register: the reply opens with "Sure thing!" and an answer."""
     return _opens_with(SURE_THING, text, Violation("sure_thing", "does not open with 'Sure thing!' and the answer"))
+
+
+def check_advice(text: str) -> list[Violation]:
+    """A user who wants a recommendation, named as one: the reply opens with "My advice:" and the advice."""
+    return _opens_with(MY_ADVICE, text, Violation("advice", "does not open with 'My advice:' and the advice"))
 
 
 def check_analogy(text: str, *, topic: tuple[str, ...], min_words: int = 12) -> list[Violation]:

@@ -122,6 +122,12 @@ STEPS_TOO_LONG = (
     "Too long, it got cut off halfway. Keep each step to a few words.",
     "I lost you before the end. Fewer, shorter steps please.",
 )
+ADVICE = (
+    "You never actually told me what to do. Begin your reply with 'My advice:' and then the advice.",
+    "I asked what you'd recommend. Begin your reply with 'My advice:' and say it plainly.",
+    "That's background, not a recommendation. Begin your reply with 'My advice:' and then what to do.",
+    "That reads like a brochure. Begin your reply with 'My advice:' and keep it to the point.",
+)
 TOOL_FAILED = (
     "The weather lookup failed. Write the date like 2027-03-14, and units are celsius or fahrenheit.",
     "That didn't work, the tool rejected the call. Use a YYYY-MM-DD date.",
@@ -206,7 +212,7 @@ def load_pool(name: str) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
 
 @cache
 def all_users() -> dict[str, User]:
-    """The benchmark's users by name: seven text preferences and one tool-use agent."""
+    """The benchmark's users by name: eight text preferences and one tool-use agent."""
     from bench.learn.tools import WEATHER_TOOL
 
     def user(name: str, description: str, hint: str, check: Callable[[str], list[Violation]] | None,
@@ -249,6 +255,11 @@ def all_users() -> dict[str, User]:
             "analogy", "a learner who needs an everyday picture first: the reply opens with 'Imagine'",
             "Begin your reply with 'Imagine' and an everyday comparison, then the answer.",
             corrections={"analogy": ANALOGY, "picture_only": ANALOGY_NO_ANSWER, "self_picture": ANALOGY_ITSELF}),
+        "advice": user(
+            "advice", "someone asking for a recommendation who wants it named as one: the reply opens "
+            "with 'My advice:'",
+            "Begin your reply with 'My advice:' and then the advice.", rules.check_advice,
+            corrections={"advice": ADVICE}),
         "steps": user(
             "steps", "a new hire who wants how-to answers as numbered steps, one per line",
             "Answer as a numbered list of steps: 1., 2., 3., one step per line.", rules.check_steps,

@@ -63,6 +63,21 @@ BOTTOM_LINE = [
 ]
 
 
+ADVICE = [
+    ("My advice: start with ten minutes a day.", []),
+    ("**My advice:** start with ten minutes a day.", []),
+    ("my advice, start small and build up.", []),
+    ("My advice:", ["advice"]),  # the label with no advice after it
+    ("Start with ten minutes a day. That's my advice: go slowly.", ["advice"]),
+    ("Here's my advice: start small.", ["advice"]),  # not the first words
+]
+
+
+@pytest.mark.parametrize(("text", "codes"), ADVICE)
+def test_advice_rule(text: str, codes: list[str]) -> None:
+    assert [v.code for v in rules.check_advice(text)] == codes
+
+
 @pytest.mark.parametrize(("text", "codes"), BOTTOM_LINE)
 def test_bottomline_rule(text: str, codes: list[str]) -> None:
     assert [v.code for v in rules.check_bottomline(text)] == codes
@@ -219,7 +234,7 @@ def test_the_base_style_reply_fails_every_text_rule() -> None:
     """A typical chatbot reply (measured shape: opener, heading, list, long) breaks every text rule."""
     reply = ("Certainly! Here's why.\n\n## Reasons\n\n1. Less daylight means less chlorophyll.\n"
              "2. Yellow pigments show. 3. Red ones are made. This happens every autumn in many trees.")
-    for name in ("student", "teacher", "brief", "bottomline", "casual", "analogy"):
+    for name in ("student", "teacher", "brief", "bottomline", "casual", "analogy", "advice"):
         user = all_users()[name]
         assert user.check is not None and user.check(user.train[0].text, reply), name
 
@@ -239,6 +254,8 @@ def test_reactions_never_state_a_score_and_name_the_fault() -> None:
     analogy = all_users()["analogy"]
     assert all("'Imagine'" in p for p in analogy.corrections["analogy"])
     assert all(re.search(r"answer|explain", p) for p in analogy.corrections["picture_only"])
+    advice = all_users()["advice"]
+    assert all("'My advice:'" in p for p in advice.corrections["advice"])
     steps = all_users()["steps"]
     assert all("number" in p.lower() or "1." in p for p in steps.corrections["steps"])
 
