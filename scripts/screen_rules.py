@@ -24,6 +24,13 @@ sys.path.insert(0, str(ROOT))
 from bench.learn import rules  # noqa: E402
 from bench.learn.sim import with_hint  # noqa: E402
 
+
+def opens(phrase: str, marks: str) -> Callable[[str], bool]:
+    """An opening-phrase rule: `phrase` first, one of `marks`, then the answer itself."""
+    pattern = re.compile(rf"\W*{phrase}\s*[{marks}]\s*\S", re.I)
+    return lambda t: bool(pattern.match(t.strip()))
+
+
 CANDIDATES: dict[str, tuple[Callable[[str], bool], str]] = {
     "ends_question": (lambda t: t.strip().endswith("?"), "End your reply with a short question back to me."),
     "for_example": (lambda t: bool(re.search(r"\bfor (example|instance)\b", t, re.I)),
@@ -32,14 +39,10 @@ CANDIDATES: dict[str, tuple[Callable[[str], bool], str]] = {
                        "Start your reply with 'Great question!'"),
     "in_short": (lambda t: t.strip().lower().startswith("in short"), "Begin your reply with 'In short,'."),
     "numbered": (lambda t: len(re.findall(r"^\s*\d[.)]\s", t, re.M)) >= 2, "Answer as a numbered list of steps."),
-    "honestly": (lambda t: bool(re.match(r"\W*honestly\s*[,:]\s*\S", t.strip(), re.I)),
-                 "Begin your reply with 'Honestly,' and then your answer."),
-    "my_advice": (lambda t: bool(re.match(r"\W*my advice\s*[,:]\s*\S", t.strip(), re.I)),
-                  "Begin your reply with 'My advice:' and then the advice."),
-    "quick_answer": (lambda t: bool(re.match(r"\W*quick answer\s*[,:]\s*\S", t.strip(), re.I)),
-                     "Begin your reply with 'Quick answer:' and then the answer."),
-    "good_news": (lambda t: bool(re.match(r"\W*good news\s*[,:!]\s*\S", t.strip(), re.I)),
-                  "Begin your reply with 'Good news:' and then the answer."),
+    "honestly": (opens("honestly", ",:"), "Begin your reply with 'Honestly,' and then your answer."),
+    "my_advice": (opens("my advice", ",:"), "Begin your reply with 'My advice:' and then the advice."),
+    "quick_answer": (opens("quick answer", ",:"), "Begin your reply with 'Quick answer:' and then the answer."),
+    "good_news": (opens("good news", ",:!"), "Begin your reply with 'Good news:' and then the answer."),
     "bold": (lambda t: "**" in t, "Put the key term in **bold**."),
     "analogy": (lambda t: bool(re.search(r"\b(imagine|think of it|it's like|is like)\b", t, re.I)),
                 "Explain it with an everyday analogy, starting 'Imagine'."),
@@ -98,7 +101,10 @@ def main(names: list[str], pool: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    at = args.index("--pool") if "--pool" in args else None
-    pool = args[at + 1] if at is not None else None
-    main(args[:at] + args[at + 2:] if at is not None else args, pool)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("names", nargs="*", help="candidates to screen (default: all)")
+    parser.add_argument("--pool", help="screen on this user's training prompts instead")
+    args = parser.parse_args()
+    main(args.names, args.pool)
