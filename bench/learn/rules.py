@@ -24,6 +24,8 @@ BOTTOM_LINE = re.compile(r"^[\W_]*in short\s*[,:\-–—]\s*\S", re.I)
 SURE_THING = re.compile(r"^[\W_]*sure thing\s*[!,.:\-–—]\s*\S", re.I)
 # "My advice:" as the reply's first words, then the advice itself.
 MY_ADVICE = re.compile(r"^[\W_]*my advice\s*[,:\-–—]\s*\S", re.I)
+# "Good news:" (or "Good news!") as the reply's first words, then the answer itself.
+GOOD_NEWS = re.compile(r"^[\W_]*good news\s*[!,.:\-–—]\s*\S", re.I)
 # "Imagine" as the reply's first word (markdown emphasis allowed), then the everyday picture itself.
 IMAGINE_WORD = re.compile(r"^[\W_]*imagine\b\**", re.I)
 IMAGINE = re.compile(IMAGINE_WORD.pattern + r"\s+\S", re.I)
@@ -118,6 +120,12 @@ def check_casual(text: str) -> list[Violation]:
 def check_advice(text: str) -> list[Violation]:
     """A user who wants a recommendation, named as one: the reply opens with "My advice:" and the advice."""
     return _opens_with(MY_ADVICE, text, Violation("advice", "does not open with 'My advice:' and the advice"))
+
+
+def check_reassure(text: str) -> list[Violation]:
+    """A worried user who wants reassurance first: the reply opens with "Good news:" and the answer.
+    Whether what follows is good news is not checked ("Good news: your keyboard is ruined" passes)."""
+    return _opens_with(GOOD_NEWS, text, Violation("good_news", "does not open with 'Good news:' and the answer"))
 
 
 def check_analogy(text: str, *, topic: tuple[str, ...], min_words: int = 12) -> list[Violation]:

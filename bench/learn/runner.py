@@ -41,7 +41,7 @@ METHODS = report.METHODS
 # run them with --users). Each user's control is the next one (users.control_for): no two
 # neighbours share a rule. Brief is left to --users: its
 # rule (short plain prose) is met by any run that learns to be short, bottomline's and student's too.
-# Analogy and advice (each paired with bottomline, as each other's control) are left to --users as
+# Analogy, advice and reassure (run in pairs, each the other's control) are left to --users as
 # well, so the default run keeps its documented length.
 FULL_USERS = ("student", "bottomline", "steps", "weather")
 DOCS = Path(__file__).resolve().parents[2] / "docs"

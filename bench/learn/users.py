@@ -128,6 +128,12 @@ ADVICE = (
     "That's background, not a recommendation. Begin your reply with 'My advice:' and then what to do.",
     "That reads like a brochure. Begin your reply with 'My advice:' and keep it to the point.",
 )
+REASSURE = (
+    "That made me more nervous, not less. Begin your reply with 'Good news:' and then what to do.",
+    "You sound like a warning label. Begin your reply with 'Good news:' and then the fix.",
+    "That's scary to read. Begin your reply with 'Good news:' and then tell me what to do.",
+    "I'm already worried and that didn't help. Begin your reply with 'Good news:' and then the answer.",
+)
 TOOL_FAILED = (
     "The weather lookup failed. Write the date like 2027-03-14, and units are celsius or fahrenheit.",
     "That didn't work, the tool rejected the call. Use a YYYY-MM-DD date.",
@@ -212,7 +218,7 @@ def load_pool(name: str) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
 
 @cache
 def all_users() -> dict[str, User]:
-    """The benchmark's users by name: eight text preferences and one tool-use agent."""
+    """The benchmark's users by name: nine text preferences and one tool-use agent."""
     from bench.learn.tools import WEATHER_TOOL
 
     def user(name: str, description: str, hint: str, check: Callable[[str], list[Violation]] | None,
@@ -260,6 +266,10 @@ def all_users() -> dict[str, User]:
             "with 'My advice:'",
             "Begin your reply with 'My advice:' and then the advice.", rules.check_advice,
             corrections={"advice": ADVICE}),
+        "reassure": user(
+            "reassure", "a worried user who wants reassurance first: the reply opens with 'Good news:'",
+            "Begin your reply with 'Good news:' and then what to do.", rules.check_reassure,
+            corrections={"good_news": REASSURE}),
         "steps": user(
             "steps", "a new hire who wants how-to answers as numbered steps, one per line",
             "Answer as a numbered list of steps: 1., 2., 3., one step per line.", rules.check_steps,

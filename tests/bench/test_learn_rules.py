@@ -73,6 +73,21 @@ ADVICE = [
 ]
 
 
+REASSURE = [
+    ("Good news: a wet keyboard usually dries out fine.", []),
+    ("**Good news!** It can be fixed.", []),
+    ("good news, the stain will come out.", []),
+    ("Good news:", ["good_news"]),  # the label with no answer after it
+    ("The good news is that it dries out.", ["good_news"]),  # not the first words
+    ("Don't worry. Good news: it dries out.", ["good_news"]),
+]
+
+
+@pytest.mark.parametrize(("text", "codes"), REASSURE)
+def test_reassure_rule(text: str, codes: list[str]) -> None:
+    assert [v.code for v in rules.check_reassure(text)] == codes
+
+
 @pytest.mark.parametrize(("text", "codes"), ADVICE)
 def test_advice_rule(text: str, codes: list[str]) -> None:
     assert [v.code for v in rules.check_advice(text)] == codes
@@ -234,7 +249,7 @@ def test_the_base_style_reply_fails_every_text_rule() -> None:
     """A typical chatbot reply (measured shape: opener, heading, list, long) breaks every text rule."""
     reply = ("Certainly! Here's why.\n\n## Reasons\n\n1. Less daylight means less chlorophyll.\n"
              "2. Yellow pigments show. 3. Red ones are made. This happens every autumn in many trees.")
-    for name in ("student", "teacher", "brief", "bottomline", "casual", "analogy", "advice"):
+    for name in ("student", "teacher", "brief", "bottomline", "casual", "analogy", "advice", "reassure"):
         user = all_users()[name]
         assert user.check is not None and user.check(user.train[0].text, reply), name
 
@@ -256,6 +271,8 @@ def test_reactions_never_state_a_score_and_name_the_fault() -> None:
     assert all(re.search(r"answer|explain", p) for p in analogy.corrections["picture_only"])
     advice = all_users()["advice"]
     assert all("'My advice:'" in p for p in advice.corrections["advice"])
+    reassure = all_users()["reassure"]
+    assert all("'Good news:'" in p for p in reassure.corrections["good_news"])
     steps = all_users()["steps"]
     assert all("number" in p.lower() or "1." in p for p in steps.corrections["steps"])
 
