@@ -6,7 +6,8 @@ with the rule as a hint in its prompt (the ceiling hint distillation can pass on
 Training prompts only (every fifth of student's and brief's pools: 15; with --pool, every other one of
 that user's training pool), never held-out ones, greedy,
 64 new tokens, in-process on the CPU. A rule worth a simulated user has a base rate near 0, a hinted
-rate well above 0.5, and no generic change (shorter replies, say) that meets it.
+rate well above 0.5 (also among hinted replies that pass the benchmark's quality guard, what the
+held-out metric counts), and no generic change (shorter replies, say) that meets it.
 """
 
 from __future__ import annotations
@@ -43,6 +44,19 @@ CANDIDATES: dict[str, tuple[Callable[[str], bool], str]] = {
     "my_advice": (opens("my advice", ",:"), "Begin your reply with 'My advice:' and then the advice."),
     "quick_answer": (opens("quick answer", ",:"), "Begin your reply with 'Quick answer:' and then the answer."),
     "good_news": (opens("good news", ",:!"), "Begin your reply with 'Good news:' and then the answer."),
+    "in_a_nutshell": (opens("in a nutshell", ","), "Begin your reply with 'In a nutshell,' and then the answer."),
+    "simply_put": (opens("simply put", ","), "Begin your reply with 'Simply put,' and then the answer."),
+    "short_answer": (opens("short answer", ":"), "Begin your reply with 'Short answer:' and then the answer."),
+    "quick_tip": (opens("quick tip", ":"), "Begin your reply with 'Quick tip:' and then the tip."),
+    "fun_fact": (opens("fun fact", ":"), "Begin your reply with 'Fun fact:' and then the answer."),
+    "heres_the_thing": (opens("here's the thing", ":"),
+                        "Begin your reply with 'Here's the thing:' and then the answer."),
+    "basically": (opens("basically", ","), "Begin your reply with 'Basically,' and then the answer."),
+    "first_things_first": (opens("first things first", ":,"),
+                           "Begin your reply with 'First things first:' and then the first step."),
+    "sure_thing": (opens("sure thing", "!,."), "Begin your reply with 'Sure thing!' and then the answer."),
+    "great_idea": (opens("great idea", "!,."), "Begin your reply with 'Great idea!' and then the answer."),
+    "of_course": (opens("of course", "!,."), "Begin your reply with 'Of course!' and then the answer."),
     "bold": (lambda t: "**" in t, "Put the key term in **bold**."),
     "analogy": (lambda t: bool(re.search(r"\b(imagine|think of it|it's like|is like)\b", t, re.I)),
                 "Explain it with an everyday analogy, starting 'Imagine'."),
@@ -67,6 +81,7 @@ def training_prompts(pool: str | None = None) -> list[str]:
 def main(names: list[str], pool: str | None = None) -> None:
     import torch
 
+    from bench.learn.quality import QualityGuard
     from core.modelload import load_model, load_tokenizer, resolve_model_path
     from core.settings import Settings
 
@@ -76,6 +91,7 @@ def main(names: list[str], pool: str | None = None) -> None:
     tok, model = load_tokenizer(path), load_model(path, "cpu", "float32")
     tok.padding_side = "left"
     prompts = training_prompts(pool)
+    guard = QualityGuard()
 
     def generate(texts: list[str]) -> list[str]:
         out: list[str] = []
@@ -91,13 +107,16 @@ def main(names: list[str], pool: str | None = None) -> None:
     base = generate(prompts)
     print(f"{len(prompts)} training prompts; student rule met by the base: "
           f"{sum(not rules.check_student(x) for x in base) / len(base):.2f}")
-    print("| rule | base | hinted | hint |\n|---|---|---|---|")
+    print("| rule | base | hinted | hinted, guard passed | hint |\n|---|---|---|---|---|")
     for name in names or list(CANDIDATES):
         check, hint = CANDIDATES[name]
         started = time.monotonic()
         hinted = generate([with_hint(p, hint) for p in prompts])
+        passed = [g.passed for g in guard.check_many(list(zip(prompts, hinted, strict=True)))]
+        kept = sum(ok and check(x) for ok, x in zip(passed, hinted, strict=True)) / len(hinted)
         rate = sum(map(check, base)) / len(base), sum(map(check, hinted)) / len(hinted)
-        print(f"| {name} | {rate[0]:.2f} | {rate[1]:.2f} | {hint} |  <!-- {time.monotonic() - started:.0f} s -->")
+        print(f"| {name} | {rate[0]:.2f} | {rate[1]:.2f} | {kept:.2f} | {hint} |"
+              f"  <!-- {time.monotonic() - started:.0f} s -->")
 
 
 if __name__ == "__main__":
