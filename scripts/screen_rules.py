@@ -112,9 +112,10 @@ def main(names: list[str], pool: str | None = None) -> None:
         check, hint = CANDIDATES[name]
         started = time.monotonic()
         hinted = generate([with_hint(p, hint) for p in prompts])
+        met = [check(x) for x in hinted]
         passed = [g.passed for g in guard.check_many(list(zip(prompts, hinted, strict=True)))]
-        kept = sum(ok and check(x) for ok, x in zip(passed, hinted, strict=True)) / len(hinted)
-        rate = sum(map(check, base)) / len(base), sum(map(check, hinted)) / len(hinted)
+        kept = sum(ok and m for ok, m in zip(passed, met, strict=True)) / len(hinted)
+        rate = sum(map(check, base)) / len(base), sum(met) / len(hinted)
         print(f"| {name} | {rate[0]:.2f} | {rate[1]:.2f} | {kept:.2f} | {hint} |"
               f"  <!-- {time.monotonic() - started:.0f} s -->")
 
