@@ -118,6 +118,12 @@ class TrainConfig:
         "DB): a hint that shows the wanted reply may come once in many turns, and one pass of one "
         "rollout barely moves the student. 0: none.")
     teacher: Literal["base", "adapter"] = _f("base", "Teacher weights: base model or current adapter.")
+    standing_instructions: int = _f(
+        0, "Up to this many standing instructions (learner/standing.py: what users said to do in at least "
+        "standing_min_sessions sessions) go before a hinted turn's own hint in the teacher's context, when the "
+        "hint does not already say them; hints that only complain then get rollouts too. 0: none.")
+    standing_min_sessions: int = _f(3, "Sessions an instruction must be given in to stand.")
+    standing_window: int = _f(200, "Latest instruction-hinted main turns the standing instructions are read from.")
     baseline: bool = _f(True, "Subtract the batch-mean score from RL advantages.")
     max_staleness: int = _f(4, "Drop samples served more than this many adapter versions ago.")
     rollback_margin: float | None = _f(
@@ -140,6 +146,8 @@ class TrainConfig:
             problems.append(f"opd_mode={self.opd_mode!r}: set token or topk")
         if self.topk_direction not in ("reverse", "forward"):
             problems.append(f"topk_direction={self.topk_direction!r}: set reverse or forward")
+        if self.standing_instructions < 0 or self.standing_min_sessions < 1 or self.standing_window < 1:
+            problems.append("standing_instructions must be >= 0, standing_min_sessions and standing_window >= 1")
         if self.rollout_replay < 0:
             problems.append(f"rollout_replay={self.rollout_replay}: set 0 or more")
         if self.rollout_pick not in ("all", "best"):

@@ -20,6 +20,7 @@ from core.models import AdapterState, AdapterVersion, Label, Turn, TurnStatus
 from core.settings import Settings
 from core.turns import latest_label, view_of
 from learner.config import TrainConfig
+from learner.standing import missing_from, recurring, with_standing
 
 HINT_HEADER = "\n\n[user's hint / instruction]\n"
 JUDGED = (TurnStatus.judged, TurnStatus.hinted)
@@ -43,6 +44,8 @@ class Sample:
     # to do), correction (the user's complaint, saying only what was wrong) or label (a human)
     hint_source: str | None = None
     max_new_tokens: int | None = None  # the token budget the turn was served with
+    # standing instructions (learner/standing.py) the hint does not say, put before it for the teacher
+    standing: tuple[str, ...] = ()
 
     @property
     def is_rl(self) -> bool:
@@ -51,6 +54,11 @@ class Sample:
     @property
     def is_opd(self) -> bool:
         return bool(self.hint)
+
+    @property
+    def teacher_hint(self) -> str:
+        """What the hinted teacher is shown: the standing instructions, then the turn's own hint."""
+        return with_standing(self.hint or "", self.standing)
 
 
 @dataclass
@@ -128,6 +136,12 @@ def collect_samples(
         if len(page) < PAGE:
             break
         after_id = page[-1].id
+    if config.standing_instructions and config.method != "rl":
+        standing = recurring(session, most=config.standing_instructions, min_sessions=config.standing_min_sessions,
+                             window=config.standing_window)
+        for sample in out.samples:
+            if sample.hint:
+                sample.standing = missing_from(sample.hint, standing)
     return out
 
 
@@ -267,7 +281,7 @@ def teacher_prompt_ids(tokenizer: Any, sample: Sample) -> list[int]:
     """Token ids of the hinted teacher context, ending with the assistant generation prompt."""
     if not sample.hint:
         raise ValueError(f"turn {sample.turn_id} has no hint")
-    return _prompt_ids(tokenizer, teacher_messages(sample.messages, sample.hint), sample.tools)
+    return _prompt_ids(tokenizer, teacher_messages(sample.messages, sample.teacher_hint), sample.tools)
 
 
 def _prompt_ids(tokenizer: Any, messages: list[dict[str, str]], tools: list[dict[str, Any]] | None) -> list[int]:

@@ -224,7 +224,7 @@ class Learner:
         """Let the hinted teacher answer each hinted prompt itself; keep the replies worth learning."""
         cfg = self.config
         if not cfg.rollout_complaints:  # a bare complaint mostly gets said back by a small teacher
-            hinted = [i for i in hinted if samples[i].hint_source != "correction"]
+            hinted = [i for i in hinted if samples[i].hint_source != "correction" or samples[i].standing]
             if not hinted:
                 return
         budget = {i: min(cfg.rollout_max_tokens, samples[i].max_new_tokens or cfg.rollout_max_tokens) for i in hinted}
@@ -273,7 +273,7 @@ class Learner:
         verdicts: dict[int, list[tuple[int, rollouts.Verdict]]] = {}  # by sample index: (rollout, verdict)
         for j, (i, gain) in enumerate(zip(turns, gained, strict=True)):
             verdict = rollouts.screen(
-                texts[j], hint=samples[i].hint or "", earlier=assistant_texts(samples[i].messages), gain=gain,
+                texts[j], hint=samples[i].teacher_hint, earlier=assistant_texts(samples[i].messages), gain=gain,
                 min_gain=cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo, max_copy=cfg.rollout_max_copy,
                 relevance=related[j], min_relevance=cfg.rollout_min_relevance,
                 grounding=grounded[j], min_grounding=cfg.rollout_min_grounding, header=HINT_HEADER.strip(),
@@ -404,6 +404,8 @@ def _summaries(samples: list[Sample], t: BatchTargets) -> list[dict[str, Any]]:
         row = {"rl": round(float(r.mean()), 4), "opd": round(float(o.mean()), 4), "n_tokens": len(s.response_ids),
                "score": s.score, "hinted": s.is_opd, "source": s.source, "hint_source": s.hint_source,
                "rollout_tokens": n}
+        if s.standing:
+            row["standing"] = list(s.standing)
         if written:  # what the hinted teacher wrote, so a reviewer sees what the student was (not) taught
             row["rollouts"] = written
         out.append(row)

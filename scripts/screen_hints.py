@@ -1,14 +1,16 @@
 """Screen what the hinted teacher writes when its hint is a user's correction: the hint's wording,
 whether a retry request rides along, and where the hint is put.
 
-    python scripts/screen_hints.py [USER] [--framing F]   (default: bottomline, every framing;
-                                                          about 35 s a row on 2 cores)
+    python scripts/screen_hints.py [USER] [--framing F] [--standing]   (default: bottomline, every
+                                                          framing; about 35 s a row on 2 cores)
 
 Training prompts only (every second of the user's pool: 20), greedy, 64 new tokens, in-process on
 the CPU. Rows: the user's rule in words (the ceiling); each of the user's correction phrasings, the
 hint learnproxy gets from a correcting reply; the same with one of the simulator's retry requests
 after it ("Try again."), which judges/retry.py now leaves out; and (suffix framing) the correction's
-instruction sentences alone, what judges/instructions.py keeps of it. Framings: `suffix` is the learner's
+instruction sentences alone, what judges/instructions.py keeps of it; with `--standing`, each of the
+simulator's off-topic complaints alone and with the user's first instruction standing before it, as
+the learner shows them with `standing_instructions` on (learner/standing.py). Framings: `suffix` is the learner's
 (learner.samples.teacher_messages, OpenClaw-RL's); `system` and `prefix` are the alternatives tried
 here. Columns: how often the teacher meets the rule, how often it meets it on a reply that also
 passes the benchmark's quality guard (what the held-out metric counts), how often it apologises,
@@ -28,9 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.learn.quality import QualityGuard  # noqa: E402
-from bench.learn.users import REDO, all_users  # noqa: E402
+from bench.learn.users import CORRECTIONS, REDO, all_users  # noqa: E402
 from judges.instructions import instructions  # noqa: E402
 from learner.samples import teacher_messages  # noqa: E402
+from learner.standing import with_standing  # noqa: E402
 
 APOLOGY = re.compile(r"\b(sorry|apologi[sz]e|apologies|my mistake)\b", re.I)
 Chat = list[dict[str, Any]]
@@ -49,7 +52,7 @@ FRAMINGS: dict[str, Callable[[str, str], Chat]] = {
 }
 
 
-def main(user_name: str, framings: list[str]) -> None:
+def main(user_name: str, framings: list[str], standing: bool = False) -> None:
     import torch
 
     from core.modelload import load_model, load_tokenizer, resolve_model_path
@@ -103,6 +106,14 @@ def main(user_name: str, framings: list[str]) -> None:
                 said = instructions(correction)
                 if said != correction:
                     row(framing, said, f"correction {i + 1}, its instructions alone: {said}")
+        if framing == "suffix" and standing:
+            # an off-topic complaint, alone and after the user's first correction as a standing instruction
+            # (learner/standing.py), as the learner shows them with `standing_instructions` on
+            rule = instructions(corrections[0])
+            for complaint in CORRECTIONS["irrelevant"]:
+                said = instructions(complaint)
+                row(framing, said, f"complaint: {said}")
+                row(framing, with_standing(said, [rule]), f"standing: {rule} / complaint: {said}")
 
 
 if __name__ == "__main__":
@@ -112,5 +123,7 @@ if __name__ == "__main__":
     parser.add_argument("user", nargs="?", default="bottomline")
     parser.add_argument("--framing", choices=list(FRAMINGS), action="append",
                         help="only this framing (repeatable); default: all")
+    parser.add_argument("--standing", action="store_true",
+                        help="also the off-topic complaints with the user's first instruction standing before them")
     args = parser.parse_args()
-    main(args.user, args.framing or list(FRAMINGS))
+    main(args.user, args.framing or list(FRAMINGS), args.standing)

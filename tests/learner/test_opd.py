@@ -226,6 +226,28 @@ def test_with_rollout_complaints_off_a_bare_complaint_gets_no_rollout_but_still_
             assert len(turn.advantage["rollouts"]) == 1 and turn.advantage["rollout_tokens"] > 0
 
 
+def test_a_bare_complaint_with_a_standing_instruction_gets_a_rollout_written_to_both(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
+) -> None:
+    standing = "Start your reply with 'Hello Bob'."
+    for _ in range(3):  # earlier sessions, already trained on
+        maker.add(db, "Say hello to Bob.", "Goodbye.", score=-1, hint=standing, hint_source="instruction",
+                  status="trained")
+    complaint = maker.add(db, "Greet Bob for me.", "Bob is a name.", score=-1,
+                          hint="That doesn't answer my question at all.", hint_source="correction")
+    db.commit()
+    config = TrainConfig.from_settings(
+        settings, method="combined", steps_per_batch=1, batch_size=1, rollouts=1, rollout_max_tokens=8,
+        rollout_min_gain=-100.0, rollout_min_relevance=0.0, rollout_grounding_tokens=0,
+        rollout_complaints=False, standing_instructions=1)
+    version = run_train_step(session_factory, settings, config=config)
+    assert version is not None
+    db.expire_all()
+    note = db.get(Turn, complaint.id).advantage  # type: ignore[union-attr]
+    assert note["standing"] == [standing]
+    assert len(note["rollouts"]) == 1 and note["rollout_tokens"] > 0
+
+
 def test_rollouts_learned_in_a_batch_are_replayed_in_the_next(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
