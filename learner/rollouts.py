@@ -133,6 +133,15 @@ def trigrams(text: str) -> set[tuple[str, ...]]:
     return set(word_trigrams(words(text)))
 
 
+# A quoted phrase: 'In short,' or "My advice:" (straight or curly quotes), after a space or bracket.
+QUOTED = re.compile(r"""(?:^|[\s(])['"‘“]([^'"‘’“”]{1,60}?)['"’”](?=[\s.,;:!?)]|$)""")
+
+
+def quoted(text: str) -> set[str]:
+    """The phrases `text` quotes, lowercased, trailing punctuation and spaces dropped."""
+    return {q.strip().rstrip(",.:;!?").strip().lower() for q in QUOTED.findall(text)} - {""}
+
+
 def share_in(text: str, source: str) -> float:
     """Share of `text`'s word trigrams that also occur in `source` (0 for text under three words)."""
     grams = trigrams(text)
@@ -188,14 +197,33 @@ def failed_checks(v: Verdict, *, min_gain: float, max_echo: float, max_copy: flo
     ) if bad]
 
 
-def opening_grounding(in_context: list[torch.Tensor], neutral: list[torch.Tensor], tokens: int) -> list[float]:
-    """Per rollout: mean logprob of its first `tokens` tokens after the real prompt minus after the
-    neutral one (each tensor holds one rollout's per-token logprobs; `neutral` may hold only the opening)."""
+def opening_grounding(in_context: list[torch.Tensor], neutral: list[torch.Tensor], tokens: int,
+                      starts: list[int] | None = None) -> list[float]:
+    """Per rollout: mean logprob of its `tokens` tokens from `starts` (default 0) after the real prompt
+    minus after the neutral one (each tensor holds one rollout's per-token logprobs; `neutral` may hold
+    only the opening). 0 when no token is left to compare."""
     out = []
-    for real, plain in zip(in_context, neutral, strict=True):
-        n = min(tokens, len(real), len(plain))
-        out.append(float((real[:n] - plain[:n]).mean()) if n else 0.0)
+    for k, (real, plain) in enumerate(zip(in_context, neutral, strict=True)):
+        start = starts[k] if starts else 0
+        end = min(start + tokens, len(real), len(plain))
+        out.append(float((real[start:end] - plain[start:end]).mean()) if end > start else 0.0)
     return out
+
+
+def asked_opening(reply: list[int], hint: str, decode: Any) -> int:
+    """How many leading tokens of `reply` spell a phrase the hint quotes ("Begin your reply with 'My
+    advice:'"), with the spaces, punctuation and list marks right after it; 0 when it opens otherwise.
+    That phrase reads the same whatever was asked, because the user asked for it, so the grounding
+    check starts after it: counted, it makes every reply in the asked-for form look like a stock
+    opening, and the more so once the student has learned it."""
+    text = decode(reply).lstrip().lower()
+    phrase = next((p for p in sorted(quoted(hint), key=len, reverse=True) if text.startswith(p)), None)
+    if phrase is None:
+        return 0
+    k = next(k for k in range(1, len(reply) + 1) if decode(reply[:k]).lstrip().lower().startswith(phrase))
+    while k < len(reply) and not any(c.isalnum() for c in decode(reply[k:k + 1])):
+        k += 1
+    return k
 
 
 def relevance(embedder: Any, texts: list[str], requests: list[str]) -> list[float | None]:

@@ -29,7 +29,6 @@ human-label hints are not counted; they speak about one reply.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -37,16 +36,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.models import Turn
-from learner.rollouts import share_in
+from learner.rollouts import quoted, share_in
 
-# A quoted phrase of one to six words: 'In short,' or "My advice:" (straight or curly quotes).
-QUOTED = re.compile(r"""(?:^|[\s(])['"‘“]([^'"‘’“”]{1,60}?)['"’”](?=[\s.,;:!?)]|$)""")
 SAME_SHARE = 0.5  # share of the shorter instruction's word trigrams the other must hold
-
-
-def quoted(text: str) -> set[str]:
-    """The phrases `text` quotes, lowercased, trailing punctuation and spaces dropped."""
-    return {q.strip().rstrip(",.:;!?").strip().lower() for q in QUOTED.findall(text)} - {""}
 
 
 def same(a: str, b: str) -> bool:

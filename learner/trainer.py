@@ -261,11 +261,13 @@ class Learner:
                                 [s[n:] for s, n in zip(student, own, strict=True)])
         texts = [self.tokenizer.decode(reply, skip_special_tokens=True) for reply in replies]
         grounded: list[float | None] = [None] * len(turns)
-        if cfg.rollout_grounding_tokens:
-            openings = [reply[:cfg.rollout_grounding_tokens] for reply in replies]
+        if cfg.rollout_grounding_tokens:  # checked after the phrase the hint asks to open with, if any
+            starts = [rollouts.asked_opening(reply, samples[i].teacher_hint, self.tokenizer.decode)
+                      for reply, i in zip(replies, turns, strict=True)]
+            openings = [reply[:n + cfg.rollout_grounding_tokens] for reply, n in zip(replies, starts, strict=True)]
             neutral = rollouts.scored(self.model, [neutral_prompt_ids(self.tokenizer, samples[i]) for i in turns],
                                       openings, device=self.device, chunk=cfg.logprob_chunk)
-            grounded = list(rollouts.opening_grounding(student, neutral, cfg.rollout_grounding_tokens))
+            grounded = list(rollouts.opening_grounding(student, neutral, cfg.rollout_grounding_tokens, starts))
         related: list[float | None] = [None] * len(turns)
         if cfg.rollout_min_relevance > 0:
             related = rollouts.relevance(self._sentence_embedder(), texts,

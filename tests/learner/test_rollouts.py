@@ -12,6 +12,7 @@ import torch
 from learner.config import TrainConfig
 from learner.rollouts import (
     Verdict,
+    asked_opening,
     divergence,
     opening_grounding,
     pick_best,
@@ -188,10 +189,53 @@ def test_a_stock_opening_is_not_grounded_and_an_answer_is(model_path: str) -> No
     assert kept == [False] * len(STOCK_OPENINGS) + [True] * len(ANSWER_OPENINGS), grounding
 
 
+def test_an_answer_in_the_asked_for_form_is_grounded_after_its_opening_phrase(model_path: str) -> None:
+    from core.modelload import load_model, load_tokenizer
+
+    tokenizer, model = load_tokenizer(model_path), load_model(model_path, device="cpu", dtype="float32")
+    tokens = TrainConfig().rollout_grounding_tokens
+    pairs = [(BOULDERING, "My advice:\n\n* Find a climbing gym near you and rent shoes for your first visit."),
+             (AVOCADO, "My advice: I'm here to help you find the perfect ripe avocado.")]
+    samples = [_first_turn(tokenizer, q) for q, _ in pairs]
+    replies = [tokenizer(t, add_special_tokens=False)["input_ids"] for _, t in pairs]
+    starts = [asked_opening(r, ADVICE_HINT, tokenizer.decode) for r in replies]
+    real = scored(model, [s.prompt_ids for s in samples], replies, device="cpu", chunk=256)
+    neutral = scored(model, [neutral_prompt_ids(tokenizer, s) for s in samples],
+                     [r[:n + tokens] for r, n in zip(replies, starts, strict=True)], device="cpu", chunk=256)
+    floor = TrainConfig().rollout_min_grounding
+    from_start = opening_grounding(real, neutral, tokens)
+    after_phrase = opening_grounding(real, neutral, tokens, starts)
+    assert from_start[0] < floor <= after_phrase[0], (from_start, after_phrase)  # the answer is kept only so
+    assert after_phrase[1] < floor, after_phrase  # a stock line after the phrase is still not grounded
+
+
 def test_opening_grounding_compares_the_first_tokens_only() -> None:
     real = [torch.tensor([-1.0, -1.0, -9.0]), torch.tensor([-2.0])]
     neutral = [torch.tensor([-3.0, -2.0]), torch.tensor([-2.0, -5.0])]
     assert opening_grounding(real, neutral, 2) == [1.5, 0.0]
+    real = [torch.tensor([-1.0, -1.0, -4.0, -9.0]), torch.tensor([-2.0])]
+    neutral = [torch.tensor([-1.0, -1.0, -6.0, -9.0]), torch.tensor([-2.0, -5.0])]
+    assert opening_grounding(real, neutral, 1, starts=[2, 1]) == [2.0, 0.0]  # from each start; none left: 0
+
+
+ADVICE_HINT = "That reads like a brochure. Begin your reply with 'My advice:' and keep it to the point."
+BOULDERING = "How do I get started with bouldering?"
+
+
+def test_the_asked_for_opening_phrase_is_counted_out_with_what_follows_it(model_path: str) -> None:
+    from core.modelload import load_tokenizer
+
+    tokenizer = load_tokenizer(model_path)
+
+    def rest(reply: str, hint: str) -> str:
+        ids = tokenizer(reply, add_special_tokens=False)["input_ids"]
+        return str(tokenizer.decode(ids[asked_opening(ids, hint, tokenizer.decode):]))
+
+    assert rest("My advice:\n\n* Find a gym.", ADVICE_HINT) == " Find a gym."
+    assert rest("in short, yes.", "Start with 'In short,' next time.") == " yes."
+    assert rest("Find a gym. My advice: go.", ADVICE_HINT) == "Find a gym. My advice: go."  # not where it opens
+    assert rest("My advice: go.", "Give me your advice first.") == "My advice: go."  # nothing quoted
+    assert rest("My advice:", ADVICE_HINT) == ""
 
 
 def test_the_neutral_prompt_keeps_the_system_message_and_drops_the_conversation(model_path: str) -> None:

@@ -8,8 +8,9 @@ from sqlalchemy.orm import Session
 from core.models import TurnStatus
 from core.settings import Settings
 from learner.config import TrainConfig
+from learner.rollouts import quoted
 from learner.samples import collect_samples, teacher_prompt_ids
-from learner.standing import missing_from, quoted, recurring, same
+from learner.standing import missing_from, recurring, same
 from tests.learner.factories import TurnMaker
 
 ADVICE = (
