@@ -23,7 +23,7 @@ from core.models import AdapterState, AdapterVersion, Turn, TurnStatus
 from core.settings import Settings
 from learner import regression, versions
 from learner.config import TrainConfig
-from learner.samples import Collected, collect_samples, replay_rollouts
+from learner.samples import Collected, add_standing, collect_samples, replay_rollouts
 from learner.trainer import Learner, Progress, cached_learner
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,9 @@ def _train(
             parent_path = parent.path if parent else None
     learner.sync(parent_path)  # continue from the served adapter
     replay = None
-    if config.rollout_replay:
-        with factory() as session:
+    with factory() as session:
+        add_standing(session, config, collected.samples)
+        if config.rollout_replay:
             replay = replay_rollouts(session, config.rollout_replay)
     result = learner.train_batch(collected.samples, progress, replay=replay)
     path = settings.adapters_dir / row.name

@@ -136,13 +136,20 @@ def collect_samples(
         if len(page) < PAGE:
             break
         after_id = page[-1].id
-    if config.standing_instructions and config.method != "rl":
-        standing = recurring(session, most=config.standing_instructions, min_sessions=config.standing_min_sessions,
-                             window=config.standing_window)
-        for sample in out.samples:
-            if sample.hint:
-                sample.standing = missing_from(sample.hint, standing)
     return out
+
+
+def add_standing(session: Session, config: TrainConfig, samples: list[Sample]) -> None:
+    """Give each hinted sample the standing instructions (learner/standing.py) its hint does not say;
+    nothing unless `config.standing_instructions` is set. Read once per trained batch, not on every
+    readiness check."""
+    if not (config.standing_instructions and any(s.hint for s in samples)):
+        return
+    standing = recurring(session, most=config.standing_instructions, min_sessions=config.standing_min_sessions,
+                         window=config.standing_window)
+    for sample in samples:
+        if sample.hint:
+            sample.standing = missing_from(sample.hint, standing)
 
 
 def _consider(

@@ -9,7 +9,7 @@ from core.models import TurnStatus
 from core.settings import Settings
 from learner.config import TrainConfig
 from learner.rollouts import quoted
-from learner.samples import collect_samples, teacher_prompt_ids
+from learner.samples import Sample, add_standing, collect_samples, teacher_prompt_ids
 from learner.standing import missing_from, recurring, same
 from tests.learner.factories import TurnMaker
 
@@ -67,11 +67,15 @@ def test_the_teacher_sees_standing_instructions_its_hint_does_not_say(
                      hint_source="instruction")
     unhinted = maker.add(db, "Thanks!", "You're welcome.", score=1)
 
-    plain = {s.turn_id: s for s in collect_samples(db, settings, TrainConfig(batch_size=10)).samples}
+    def batch(config: TrainConfig) -> dict[int, Sample]:
+        samples = collect_samples(db, settings, config).samples
+        add_standing(db, config, samples)
+        return {s.turn_id: s for s in samples}
+
+    plain = batch(TrainConfig(batch_size=10))
     assert all(s.standing == () for s in plain.values())  # off by default
 
-    got = {s.turn_id: s for s in collect_samples(db, settings, TrainConfig(batch_size=10,
-                                                                          standing_instructions=2)).samples}
+    got = batch(TrainConfig(batch_size=10, standing_instructions=2))
     # ADVICE[2] is the phrasing given in the most sessions: once before, once on the batch's own turn
     assert got[complaint.id].standing == (ADVICE[2],)
     assert got[complaint.id].teacher_hint == f"{ADVICE[2]}\nThat doesn't answer my question at all."
