@@ -335,15 +335,28 @@ class EmbeddedEngine:
             if row.cancelled:
                 continue
             admitted = True
-            self._prefill(row)
+            try:
+                cache = self._prefill(row)
+            except Exception as exc:  # out of the queue and not batched: it must hear, or its client waits
+                log.exception("embedded engine prefill failed")
+                row.emit(EngineError(f"prefill failed: {type(exc).__name__}"))
+                continue
+            if cache is not None:
+                try:
+                    self._batch.add(row, cache)
+                except Exception:  # a broken KV merge: the loop fails the whole batch
+                    if row not in self._batch.rows:
+                        row.emit(EngineError("engine step failed while batching"))
+                    raise
         self.max_rows_seen = max(self.max_rows_seen, len(self._batch.rows))
         return admitted
 
-    def _prefill(self, row: _Row) -> None:
+    def _prefill(self, row: _Row) -> Any:
+        """Run the prompt and emit the first token; the row's KV cache if it goes on decoding, else None."""
         request = row.request
         if request.adapter is not None and request.adapter not in self._adapters:
             row.emit(AdapterError(f"adapter {request.adapter!r} is not loaded"))
-            return
+            return None
         seed = request.params.seed if request.params.seed is not None else random.getrandbits(63)
         row.generator = torch.Generator(device=self.device).manual_seed(seed)
         queue_ms = (time.perf_counter() - row.enqueued_at) * 1000.0
@@ -351,8 +364,7 @@ class EmbeddedEngine:
         out = self._forward(ids, None, None, None, [row.adapter_key])
         row.length = len(request.input_ids)
         finished = self._sample_and_emit(row, out.logits[0, -1], queue_ms)
-        if not finished:
-            self._batch.add(row, out.cache)
+        return None if finished else out.cache
 
     def _decode(self) -> None:
         batch = self._batch

@@ -17,6 +17,7 @@ import torch
 from proxy.engines.base import (
     AdapterError,
     ContextLengthExceeded,
+    EngineError,
     EngineUnavailable,
     GenerateRequest,
     SamplingParams,
@@ -189,3 +190,22 @@ def test_overload_and_context_length(model_path: str) -> None:
         assert len((await waiting)["tokens"]) == 2
 
     _with_engine(model_path, body, max_batch_size=1, max_queue=1)
+
+
+def test_a_failed_prefill_ends_its_request_and_spares_the_batch(model_path: str) -> None:
+    """A prompt the model cannot run (a token id past the vocabulary makes the embedding lookup
+    fail) gets an EngineError at once instead of a stream that never ends, and a request already
+    decoding finishes untouched."""
+    ids = _ids(model_path, PROMPT_A)
+
+    async def body(engine: EmbeddedEngine) -> None:
+        running = asyncio.create_task(_collect(engine, ids, n=24))
+        while engine.stats()["active"] == 0:
+            await asyncio.sleep(0.01)
+        vocab = engine._model.get_input_embeddings().num_embeddings
+        with pytest.raises(EngineError, match="prefill failed"):
+            await asyncio.wait_for(_collect(engine, [vocab + 5], n=4), timeout=30)
+        assert len((await running)["tokens"]) == 24
+        assert len((await asyncio.wait_for(_collect(engine, ids, n=4), timeout=30))["tokens"]) == 4
+
+    _with_engine(model_path, body)
