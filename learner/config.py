@@ -77,6 +77,9 @@ class TrainConfig:
         0.12, "Learn a rollout only if at most this share of its word trigrams repeats one earlier in it (the "
         "135M teacher loops: '3. Bake the bread 4. Bake the bread ...'; 1 keeps every rollout). Read off two "
         "steps runs' rollouts: those that read cleanly scored at most 0.11, loops 0.15 and up.")
+    rollout_no_repeat: int = _f(
+        0, "Write rollouts with no token n-gram of this length repeated inside the reply (learner.rollouts."
+        "NoRepeatInReply), so a teacher that loops writes a reply the repeat check can keep; 0: off.")
     rollout_min_relevance: float = _f(
         0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "
@@ -169,6 +172,8 @@ class TrainConfig:
             problems.append(f"lr={self.lr}: set a positive rate, or None for the device default")
         if self.rollouts < 0 or self.rollout_temperature < 0 or self.rollout_max_tokens < 1 or self.w_rollout < 0:
             problems.append("rollouts, rollout_temperature and w_rollout must be >= 0, rollout_max_tokens >= 1")
+        if self.rollout_no_repeat == 1 or self.rollout_no_repeat < 0:
+            problems.append(f"rollout_no_repeat={self.rollout_no_repeat}: set 0 (off) or 2 and up")
         if self.rollout_grounding_tokens < 0:
             problems.append(f"rollout_grounding_tokens={self.rollout_grounding_tokens}: set 0 or more")
         if not -1 <= self.rollout_min_relevance <= 1:

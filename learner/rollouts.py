@@ -88,12 +88,14 @@ def generate(
     pad_id: int,
     temperature: float,
     device: str,
+    no_repeat: int = 0,
 ) -> list[list[int]]:
     """One reply per prompt from `model` as it is (the caller picks the weights), batched.
 
     Left-padded so every row's next token comes from the same column; each reply is cut after its
     first end-of-sequence token (kept, so the student also learns where the teacher stops) and at
-    its own token budget.
+    its own token budget. With `no_repeat` n > 1 no reply repeats a token n-gram of its own
+    (`NoRepeatInReply`).
     """
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -105,6 +107,10 @@ def generate(
         {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0}
         if temperature > 0 else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
     )
+    if no_repeat > 1:
+        from transformers import LogitsProcessorList
+
+        sampling["logits_processor"] = LogitsProcessorList([NoRepeatInReply(no_repeat, start=width)])
     out = model.generate(
         input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max(max_new_tokens),
         eos_token_id=eos_ids, pad_token_id=pad_id, **sampling,
@@ -118,6 +124,33 @@ def generate(
                 break
         replies.append(reply)
     return replies
+
+
+class NoRepeatInReply:
+    """A logits processor that bans every token which would repeat an n-gram of the reply so far.
+
+    The 135M teacher falls into loops ("The more you practice, the more you will improve. The more
+    you learn ...") that `repeated` then rejects, so a hint whose teacher always loops teaches
+    nothing. transformers' own `no_repeat_ngram_size` counts the prompt too, and would ban the very
+    phrase a hint quotes ("Begin your reply with 'My advice:'"); this counts only what the reply
+    wrote from column `start` on (one column for every left-padded row).
+    """
+
+    def __init__(self, n: int, *, start: int) -> None:
+        if n < 2:
+            raise ValueError(f"n={n}: an n-gram ban needs n >= 2")
+        self.n, self.start = n, start
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        k = self.n - 1
+        for row, reply in enumerate(input_ids[:, self.start:].tolist()):
+            if len(reply) < self.n:
+                continue
+            tail = reply[-k:]
+            banned = [reply[i + k] for i in range(len(reply) - k) if reply[i:i + k] == tail]
+            if banned:
+                scores[row, banned] = float("-inf")
+        return scores
 
 
 def words(text: str) -> list[str]:

@@ -243,7 +243,7 @@ class Learner:
             written = rollouts.generate(self.model, [p + pre for p, pre in zip(teacher_prompts, prefixes, strict=True)],
                                         [budget[i] - len(pre) for i, pre in zip(order, prefixes, strict=True)],
                                         eos_ids=eos, pad_id=pad, temperature=cfg.rollout_temperature,
-                                        device=self.device)
+                                        device=self.device, no_repeat=cfg.rollout_no_repeat)
             live = [k for k, reply in enumerate(written) if reply]
             if not live:
                 return

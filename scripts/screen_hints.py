@@ -14,7 +14,8 @@ the learner shows them with `standing_instructions` on (learner/standing.py). Fr
 (learner.samples.teacher_messages, OpenClaw-RL's); `system` and `prefix` are the alternatives tried
 here. Columns: how often the teacher meets the rule, how often it meets it on a reply that also
 passes the benchmark's quality guard (what the held-out metric counts), how often it apologises,
-its mean length.
+how often it loops (repeated word trigrams over the learner's
+rollout_max_repeat), its mean length. `--no-repeat N` writes as rollouts with `rollout_no_repeat` N do.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ sys.path.insert(0, str(ROOT))
 from bench.learn.quality import QualityGuard  # noqa: E402
 from bench.learn.users import CORRECTIONS, REDO, all_users  # noqa: E402
 from judges.instructions import instructions  # noqa: E402
+from learner.config import TrainConfig  # noqa: E402
+from learner.rollouts import NoRepeatInReply, repeated  # noqa: E402
 from learner.samples import teacher_messages  # noqa: E402
 from learner.standing import with_standing  # noqa: E402
 
+LOOP = TrainConfig().rollout_max_repeat  # the learner's loop limit (repeated word trigrams)
 APOLOGY = re.compile(r"\b(sorry|apologi[sz]e|apologies|my mistake)\b", re.I)
 Chat = list[dict[str, Any]]
 
@@ -52,8 +56,10 @@ FRAMINGS: dict[str, Callable[[str, str], Chat]] = {
 }
 
 
-def main(user_name: str, framings: list[str], standing: bool = False) -> None:
+def main(user_name: str, framings: list[str], standing: bool = False, no_repeat: int = 0,
+         corrections_only: bool = False) -> None:
     import torch
+    from transformers import LogitsProcessorList
 
     from core.modelload import load_model, load_tokenizer, resolve_model_path
     from core.settings import Settings
@@ -75,8 +81,12 @@ def main(user_name: str, framings: list[str], standing: bool = False) -> None:
         for i in range(0, len(chats), 10):
             texts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats[i:i + 10]]
             enc = tok(texts, return_tensors="pt", padding=True)
+            extra: dict[str, Any] = {}
+            if no_repeat:
+                extra["logits_processor"] = LogitsProcessorList(
+                    [NoRepeatInReply(no_repeat, start=enc["input_ids"].shape[1])])
             with torch.no_grad():
-                ids = model.generate(**enc, max_new_tokens=64, do_sample=False)
+                ids = model.generate(**enc, max_new_tokens=64, do_sample=False, **extra)
             out += tok.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         return out
 
@@ -88,19 +98,21 @@ def main(user_name: str, framings: list[str], standing: bool = False) -> None:
         met_guarded = sum(p and not check(q, r)
                           for p, q, r in zip(passed, prompts, replies, strict=True)) / len(replies)
         sorry = sum(bool(APOLOGY.search(r)) for r in replies) / len(replies)
+        loops = sum(repeated(r) > LOOP for r in replies) / len(replies)
         words = sum(len(r.split()) for r in replies) / len(replies)
-        print(f"| {framing} | {label} | {met:.2f} | {met_guarded:.2f} | {sorry:.2f} | {words:.0f} |"
+        print(f"| {framing} | {label} | {met:.2f} | {met_guarded:.2f} | {sorry:.2f} | {loops:.2f} | {words:.0f} |"
               f"  <!-- {time.monotonic() - started:.0f} s -->", flush=True)
 
     base = generate([[{"role": "user", "content": p}] for p in prompts])
     print(f"{user.name}: {len(prompts)} training prompts; rule met by the base: "
           f"{sum(not check(q, r) for q, r in zip(prompts, base, strict=True)) / len(base):.2f}")
-    print("| framing | hint | rule met | rule met, guard passed | apologises | words |\n|---|---|---|---|---|---|")
+    print("| framing | hint | rule met | rule met, guard passed | apologises | loops | words |\n"
+          "|---|---|---|---|---|---|---|")
     for framing in framings:
         row(framing, user.hint, f"the rule in words: {user.hint}")
         for i, correction in enumerate(corrections):
             row(framing, correction, f"correction {i + 1}: {correction}")
-            if framing == "suffix":
+            if framing == "suffix" and not corrections_only:
                 retry = f"{correction} {REDO[i % len(REDO)]}"
                 row(framing, retry, f"correction {i + 1} + retry request: {retry}")
                 said = instructions(correction)
@@ -125,5 +137,10 @@ if __name__ == "__main__":
                         help="only this framing (repeatable); default: all")
     parser.add_argument("--standing", action="store_true",
                         help="also the off-topic complaints with the user's first instruction standing before them")
+    parser.add_argument("--no-repeat", type=int, default=0,
+                        help="write with no token n-gram of this length repeated in the reply (the learner's "
+                             "rollout_no_repeat); 0: off")
+    parser.add_argument("--corrections-only", action="store_true",
+                        help="the rule and the corrections, without the retry and instruction-only rows")
     args = parser.parse_args()
-    main(args.user, args.framing or list(FRAMINGS), args.standing)
+    main(args.user, args.framing or list(FRAMINGS), args.standing, args.no_repeat, args.corrections_only)

@@ -11,9 +11,11 @@ import torch
 
 from learner.config import TrainConfig
 from learner.rollouts import (
+    NoRepeatInReply,
     Verdict,
     asked_opening,
     divergence,
+    generate,
     opening_grounding,
     pick_best,
     relevance,
@@ -325,3 +327,32 @@ def _decode(ids: list[int]) -> str:
 def test_a_rollout_cut_at_its_budget_is_learned_to_its_last_full_sentence(
         reply: list[int], start: int, expected: list[int]) -> None:
     assert trim_to_sentence(reply, start=start, decode=_decode, eos_ids=[11, 99]) == expected
+
+
+def test_no_repeat_bans_only_what_would_repeat_an_ngram_of_the_reply_itself() -> None:
+    """Row 0's reply "1 2 3 1 2" may not go on with 3; row 1's reply ends "5 6", which follows "5 6 7"
+    only in the prompt (a hint may quote what the reply should say), so 7 stays allowed."""
+    prompt = [5, 6, 7, 9]
+    ids = torch.tensor([prompt + [1, 2, 3, 1, 2], prompt + [4, 8, 0, 5, 6]])
+    scores = NoRepeatInReply(3, start=len(prompt))(ids, torch.zeros(2, 10))
+    assert torch.isinf(scores[0]).nonzero().flatten().tolist() == [3]
+    assert not torch.isinf(scores[1]).any()
+    with pytest.raises(ValueError):
+        NoRepeatInReply(1, start=0)
+
+
+def test_a_rollout_written_with_no_repeat_holds_no_ngram_twice(model_path: str) -> None:
+    from core.modelload import eos_token_ids, load_model, load_tokenizer
+
+    tokenizer, model = load_tokenizer(model_path), load_model(model_path, device="cpu", dtype="float32")
+    chats = [[{"role": "user", "content": "How do I get better at rock climbing? Begin your reply with "
+                                          "'My advice:' and then the advice."}],
+             [{"role": "user", "content": "List ten things to pack for a beach day."}]]
+    texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats]
+    prompts = [list(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    replies = generate(model, prompts, [64, 64], eos_ids=eos_token_ids(model, tokenizer),
+                       pad_id=tokenizer.pad_token_id, temperature=0.0, device="cpu", no_repeat=4)
+    for reply in replies:
+        grams = [tuple(reply[i:i + 4]) for i in range(len(reply) - 3)]
+        assert len(grams) == len(set(grams)), tokenizer.decode(reply)
+        assert len(reply) > 20
