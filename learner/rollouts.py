@@ -94,8 +94,9 @@ def generate(
 
     Left-padded so every row's next token comes from the same column; each reply is cut after its
     first end-of-sequence token (kept, so the student also learns where the teacher stops) and at
-    its own token budget. With `no_repeat` n > 1 no reply repeats a token n-gram of its own
-    (`NoRepeatInReply`).
+    its own token budget. With `no_repeat` n > 1 no reply repeats a token n-gram of what it wrote
+    (`NoRepeatInReply`); a prompt's tail (a student prefix a divergence rollout continues) is not
+    counted, as `repeated` only checks what the teacher wrote.
     """
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)

@@ -345,7 +345,7 @@ class EmbeddedEngine:
                 try:
                     self._batch.add(row, cache)
                 except Exception:  # a broken KV merge: the loop fails the whole batch
-                    if row not in self._batch.rows:
+                    if not any(r is row for r in self._batch.rows):  # `add` appends the row last
                         row.emit(EngineError("engine step failed while batching"))
                     raise
         self.max_rows_seen = max(self.max_rows_seen, len(self._batch.rows))
