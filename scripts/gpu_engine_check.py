@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 import torch  # noqa: E402
 
+from core.modelload import load_tokenizer  # noqa: E402
 from proxy.engines.base import GenerateRequest, SamplingParams  # noqa: E402
 from proxy.engines.embedded import EmbeddedEngine  # noqa: E402
 
@@ -52,9 +53,9 @@ PROMPT = "Write a short story about a lighthouse keeper who finds a message in a
 def build(shape: str, tokenizer_dir: str, out: Path, device: str) -> int:
     """Save a random-init model and two random LoRA adapters under `out`; return the param count."""
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    tokenizer = load_tokenizer(tokenizer_dir)
     config = LlamaConfig(**SHAPES[shape], vocab_size=len(tokenizer), tie_word_embeddings=True,
                          max_position_embeddings=8192,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
@@ -140,7 +141,7 @@ async def check(shape: str, args: argparse.Namespace, device: str) -> list[str]:
         engine = EmbeddedEngine(str(out / "model"), device=device, dtype="bfloat16", max_batch_size=64)
         await engine.start()
         try:
-            ids = list(engine_tokenizer(out).encode(PROMPT, add_special_tokens=False))
+            ids = list(load_tokenizer(str(out / "model")).encode(PROMPT, add_special_tokens=False))
             await stream(engine, ids, 8, 0)  # warm-up
             speed = await decode(engine, ids, args.tokens, args.trials, args.streams)
             swapped = await swap(engine, ids, args.tokens, out)
@@ -159,12 +160,6 @@ async def check(shape: str, args: argparse.Namespace, device: str) -> list[str]:
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
         return rows + ["SWAP " + swap_row]
-
-
-def engine_tokenizer(out: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(out / "model"), local_files_only=True)
 
 
 def main(argv: list[str] | None = None) -> int:
