@@ -80,6 +80,11 @@ class TrainConfig:
     rollout_no_repeat: int = _f(
         0, "Write rollouts with no token n-gram of this length repeated inside the reply (learner.rollouts."
         "NoRepeatInReply), so a teacher that loops writes a reply the repeat check can keep; 0: off.")
+    rollout_asked_opening: bool = _f(
+        False, "Learn a rollout for a hint that names the phrase a reply must begin with (Begin your reply with "
+        "'My advice:') only if it begins with that phrase. The 135M teacher often answers such a hint with a "
+        "stock line that paraphrases the request (I'm glad you asked for my advice. ...), which passes the "
+        "relevance and grounding checks and, learned, turns the student away from the preference.")
     rollout_min_relevance: float = _f(
         0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "

@@ -176,6 +176,35 @@ def quoted(text: str) -> set[str]:
     return {q.strip().rstrip(",.:;!?").strip().lower() for q in QUOTED.findall(text)} - {""}
 
 
+# "Begin your reply with 'My advice:'", "Start with "In short,"", "open it with 'Sure thing!'": the verb, at
+# most six words, then "with" and the quoted phrase. A negation earlier in the sentence ("Don't start with
+# 'Certainly'") asks for the opposite.
+ASKED_OPENING = re.compile(
+    r"""\b(?:begin|start|open|lead)\w*(?:\s+[\w']+){0,6}?\s+with\s+['"‘“]([^'"‘’“”]{1,60}?)['"’”]""", re.I)
+NEGATED = re.compile(r"\b(?:don't|dont|do not|never|not|stop|avoid)\b", re.I)
+LEADING_MARKS = " \t\n*_#>\"'‘“`"
+
+
+def asked_openings(hint: str) -> set[str]:
+    """The phrases `hint` asks a reply to begin with, lowercased, trailing punctuation dropped."""
+    out = set()
+    for sentence in re.split(r"(?<=[.!?])\s+", hint):
+        for m in ASKED_OPENING.finditer(sentence):
+            if not NEGATED.search(sentence[:m.start()]):
+                out.add(m.group(1).strip().rstrip(",.:;!?").strip().lower())
+    return out - {""}
+
+
+def opens_as_asked(text: str, hint: str) -> bool | None:
+    """Whether `text` begins (past markdown marks and quotes) with a phrase the hint asks a reply to begin
+    with; None when the hint asks for no opening."""
+    asked = asked_openings(hint)
+    if not asked:
+        return None
+    start = text.lstrip(LEADING_MARKS).lower()
+    return any(start.startswith(phrase) for phrase in asked)
+
+
 def share_in(text: str, source: str) -> float:
     """Share of `text`'s word trigrams that also occur in `source` (0 for text under three words)."""
     grams = trigrams(text)
@@ -200,21 +229,26 @@ class Verdict:
     grounding: float | None = None  # how much likelier the conversation makes the opening (None: not checked)
     leaked: bool = False  # the rollout writes the teacher context's hint header
     repeated: float = 0.0  # share of its own trigrams the rollout repeats (a loop)
+    opens_as_asked: bool | None = None  # begins with the phrase the hint asks for (None: not checked)
 
 
 def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
           max_copy: float, relevance: float | None = None, min_relevance: float = 0.0,
           grounding: float | None = None, min_grounding: float = 0.0, header: str = "",
-          max_repeat: float = 1.0, written: str | None = None) -> Verdict:
+          max_repeat: float = 1.0, written: str | None = None, asked_opening: bool = False) -> Verdict:
     """Whether a rollout is learned: the hint made it likelier, it is no echo of the hint or the chat,
     (each when given) it is about what the user asked and its opening depends on it, it does not
     write the `header` that introduced the hint in the teacher's context, and it does not loop.
     `written` is the part the teacher wrote when the rollout continues the student's reply (the whole
     text by default): a loop is looked for there, since an answer that names again what the picture
     before it named ("Imagine a microwave, a device that heats food. The microwave is a device that
-    ...") is no loop."""
+    ...") is no loop. With `asked_opening`, a rollout for a hint that names the phrase a reply must begin
+    with ("Begin your reply with 'My advice:'") must begin with it: the teacher did not do what it was
+    asked, and a fluent reply that ignores the hint ("I'm glad you asked for my advice. ...") teaches the
+    student the teacher's habits, not the user's preference."""
     verdict = Verdict(gain, share_in(hint, text), share_in(text, "\n".join(earlier)), False, relevance, grounding,
-                      bool(header) and header in text, repeated(text if written is None else written))
+                      bool(header) and header in text, repeated(text if written is None else written),
+                      opens_as_asked(text, hint) if asked_opening else None)
     failed = failed_checks(verdict, min_gain=min_gain, max_echo=max_echo, max_copy=max_copy,
                            min_relevance=min_relevance, min_grounding=min_grounding, max_repeat=max_repeat)
     return replace(verdict, kept=not failed)
@@ -227,7 +261,7 @@ def failed_checks(v: Verdict, *, min_gain: float, max_echo: float, max_copy: flo
         ("gain", v.gain < min_gain), ("echo", v.echo > max_echo), ("copy", v.copied > max_copy),
         ("relevance", v.relevance is not None and v.relevance < min_relevance),
         ("opening", v.grounding is not None and v.grounding < min_grounding), ("header", v.leaked),
-        ("repeat", v.repeated > max_repeat),
+        ("repeat", v.repeated > max_repeat), ("asked", v.opens_as_asked is False),
     ) if bad]
 
 

@@ -14,6 +14,7 @@ from learner.rollouts import (
     NoRepeatInReply,
     Verdict,
     asked_opening,
+    asked_openings,
     divergence,
     generate,
     opening_grounding,
@@ -262,6 +263,37 @@ def test_a_rollout_that_writes_the_hint_header_is_not_learned() -> None:
     assert verdict.leaked and not verdict.kept
     assert screen("Birds migrate to follow food.", hint="Keep it shorter.", earlier=[], gain=1.0,
                   header=HINT_HEADER.strip(), **DEFAULTS).kept
+
+
+@pytest.mark.parametrize(("hint", "asked"), [
+    ("You never actually told me what to do. Begin your reply with 'My advice:' and then the advice.",
+     {"my advice"}),
+    ("Start with \"In short,\" and then the answer.", {"in short"}),
+    ("Open it with ‘Sure thing!’ please.", {"sure thing"}),
+    # a phrase to avoid, or one quoted for another reason, asks for no opening
+    ("Don't start with 'Certainly'. Just answer.", set()),
+    ("Use 'celsius' for the units.", set()),
+    ("Keep it much shorter.", set()),
+])
+def test_the_opening_a_hint_asks_for_is_read_from_its_quoted_phrase(hint: str, asked: set[str]) -> None:
+    assert asked_openings(hint) == asked
+
+
+# From an advice run: the hinted teacher's stock line passed relevance (0.73) and grounding (0.63).
+@pytest.mark.parametrize(("text", "kept"), [
+    ("I'm glad you asked for my advice. It's a great way to start your conversation, and I'm here to help.",
+     False),
+    ("My advice: book the cheaper flight and spend the difference on the hotel.", True),
+    ("**My advice:** book the cheaper flight.", True),
+])
+def test_a_rollout_that_ignores_the_opening_its_hint_asks_for_is_not_learned(text: str, kept: bool) -> None:
+    hint = "I asked what you'd recommend. Begin your reply with 'My advice:' and say it plainly."
+    verdict = screen(text, hint=hint, earlier=[], gain=1.0, asked_opening=True, **DEFAULTS)
+    assert verdict.opens_as_asked is kept and verdict.kept is kept
+    # off, or for a hint that names no opening, the check is not made
+    assert screen(text, hint=hint, earlier=[], gain=1.0, **DEFAULTS).kept
+    unchecked = screen(text, hint="Say it plainly.", earlier=[], gain=1.0, asked_opening=True, **DEFAULTS)
+    assert unchecked.opens_as_asked is None and unchecked.kept
 
 
 NONE = float("-inf")  # the hinted teacher's likeliest token is the reply's own
