@@ -177,11 +177,11 @@ def quoted(text: str) -> set[str]:
 
 
 # "Begin your reply with 'My advice:'", "Start with "In short,"", "open it with 'Sure thing!'": the verb, at
-# most six words, then "with" and the quoted phrase. A negation earlier in the sentence ("Don't start with
-# 'Certainly'") asks for the opposite.
+# most six words, then "with" and the quoted phrase. A negative imperative earlier in the sentence ("Don't
+# start with 'Certainly'") asks for the opposite; a complaint ("You did not begin with 'In short,'") does not.
 ASKED_OPENING = re.compile(
     r"""\b(?:begin|start|open|lead)\w*(?:\s+[\w']+){0,6}?\s+with\s+['"‘“]([^'"‘’“”]{1,60}?)['"’”]""", re.I)
-NEGATED = re.compile(r"\b(?:don't|dont|do not|never|not|stop|avoid)\b", re.I)
+NEGATED = re.compile(r"\b(?:don't|dont|do not|never|stop|avoid)\b", re.I)
 LEADING_MARKS = " \t\n*_#>\"'‘“`"
 
 

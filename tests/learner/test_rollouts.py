@@ -270,6 +270,7 @@ def test_a_rollout_that_writes_the_hint_header_is_not_learned() -> None:
      {"my advice"}),
     ("Start with \"In short,\" and then the answer.", {"in short"}),
     ("Open it with ‘Sure thing!’ please.", {"sure thing"}),
+    ("You did not begin with 'In short,' again.", {"in short"}),
     # a phrase to avoid, or one quoted for another reason, asks for no opening
     ("Don't start with 'Certainly'. Just answer.", set()),
     ("Use 'celsius' for the units.", set()),
