@@ -171,9 +171,14 @@ def trigrams(text: str) -> set[tuple[str, ...]]:
 QUOTED = re.compile(r"""(?:^|[\s(])['"‘“]([^'"‘’“”]{1,60}?)['"’”](?=[\s.,;:!?)]|$)""")
 
 
+def normalized_phrase(quote: str) -> str:
+    """A quoted phrase as replies are matched against it: lowercased, trailing punctuation and spaces dropped."""
+    return quote.strip().rstrip(",.:;!?").strip().lower()
+
+
 def quoted(text: str) -> set[str]:
-    """The phrases `text` quotes, lowercased, trailing punctuation and spaces dropped."""
-    return {q.strip().rstrip(",.:;!?").strip().lower() for q in QUOTED.findall(text)} - {""}
+    """The phrases `text` quotes (see `normalized_phrase`)."""
+    return {normalized_phrase(q) for q in QUOTED.findall(text)} - {""}
 
 
 # "Begin your reply with 'My advice:'", "Start with "In short,"", "open it with 'Sure thing!'": the verb, at
@@ -186,12 +191,12 @@ LEADING_MARKS = " \t\n*_#>\"'‘“`"
 
 
 def asked_openings(hint: str) -> set[str]:
-    """The phrases `hint` asks a reply to begin with, lowercased, trailing punctuation dropped."""
+    """The phrases `hint` asks a reply to begin with (see `normalized_phrase`)."""
     out = set()
     for sentence in re.split(r"(?<=[.!?])\s+", hint):
         for m in ASKED_OPENING.finditer(sentence):
             if not NEGATED.search(sentence[:m.start()]):
-                out.add(m.group(1).strip().rstrip(",.:;!?").strip().lower())
+                out.add(normalized_phrase(m.group(1)))
     return out - {""}
 
 
@@ -202,7 +207,7 @@ def opens_as_asked(text: str, hint: str) -> bool | None:
     if not asked:
         return None
     start = text.lstrip(LEADING_MARKS).lower()
-    return any(start.startswith(phrase) for phrase in asked)
+    return any(start.startswith(p) for p in asked)
 
 
 def share_in(text: str, source: str) -> float:
