@@ -49,6 +49,13 @@ class TrainConfig:
     w_rl: float = _f(1.0, "Weight of the RL advantage in combined mode.")
     w_opd: float = _f(1.0, "Weight of the distillation advantage (token) or loss (topk).")
     opd_clip: float = _f(5.0, "OPD token advantage is clipped to [-c, c].")
+    opd_no_repeat: int = _f(
+        0, "Token OPD: a sampled token that completes a token n-gram of this length already in its reply gets "
+        "no positive advantage (a negative one stands). The hinted teacher copies from its context: with "
+        "Begin your reply with 'My advice:' in it, the base teacher scored the tokens of a reply that repeats "
+        "'My advice:' above the unhinted model (up to +4.3 nats; +1.02 mean where a trigram repeats), and the "
+        "loop's mean advantage was +1.79 against +0.42 for a good reply (scripts/opd_copy_bias.py), so a student "
+        "that starts to loop on the phrase is taught to loop. 0: off.")
     opd_mode: Literal["token", "topk"] = _f("token", "token: teacher-student on sampled tokens; topk: KL.")
     top_k: int = _f(16, "Teacher tokens kept per position in topk mode (the rest form a tail bucket).")
     topk_direction: Literal["reverse", "forward"] = _f(
@@ -177,6 +184,8 @@ class TrainConfig:
             problems.append(f"lr={self.lr}: set a positive rate, or None for the device default")
         if self.rollouts < 0 or self.rollout_temperature < 0 or self.rollout_max_tokens < 1 or self.w_rollout < 0:
             problems.append("rollouts, rollout_temperature and w_rollout must be >= 0, rollout_max_tokens >= 1")
+        if self.opd_no_repeat == 1 or self.opd_no_repeat < 0:
+            problems.append(f"opd_no_repeat={self.opd_no_repeat}: set 0 (off) or 2 and up")
         if self.rollout_no_repeat == 1 or self.rollout_no_repeat < 0:
             problems.append(f"rollout_no_repeat={self.rollout_no_repeat}: set 0 (off) or 2 and up")
         if self.rollout_grounding_tokens < 0:

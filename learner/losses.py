@@ -46,6 +46,17 @@ def opd_token_advantage(teacher_logp: torch.Tensor, student_logp: torch.Tensor, 
     return (teacher_logp - student_logp).clamp(-clip, clip)
 
 
+def repeats(ids: list[int], n: int) -> torch.Tensor:
+    """[len(ids)] bools: the token completes an n-gram of `ids` that already occurred earlier in them."""
+    seen: set[tuple[int, ...]] = set()
+    out = torch.zeros(len(ids), dtype=torch.bool)
+    for end in range(n, len(ids) + 1):
+        gram = tuple(ids[end - n:end])
+        out[end - 1] = gram in seen
+        seen.add(gram)
+    return out
+
+
 def topk_reverse_kl(
     student_topk: torch.Tensor,
     student_tail: torch.Tensor,

@@ -45,6 +45,7 @@ from learner.losses import (
     importance_ratio,
     kl_to_reference,
     opd_token_advantage,
+    repeats,
     tail_logprob,
     topk_forward_kl,
     topk_reverse_kl,
@@ -211,6 +212,9 @@ class Learner:
             if cfg.opd_mode == "token":
                 teacher = token_stats(self.model, t_packed, chunk=cfg.logprob_chunk).logprobs
                 adv = opd_token_advantage(teacher, student[positions], cfg.opd_clip)
+                if cfg.opd_no_repeat:  # the teacher's vote for saying a phrase again does not count
+                    again = torch.cat([repeats(samples[i].response_ids, cfg.opd_no_repeat) for i in hinted])
+                    adv = torch.where(again.to(adv.device), adv.clamp(max=0), adv)
                 out.opd_adv = out.opd_adv.index_put((positions,), cfg.w_opd * adv)
             else:
                 ids, lps, _ = topk_of(self.model, t_packed, cfg.top_k, chunk=cfg.logprob_chunk)

@@ -13,6 +13,7 @@ from learner.losses import (
     importance_ratio,
     kl_to_reference,
     opd_token_advantage,
+    repeats,
     tail_logprob,
     topk_forward_kl,
     topk_reverse_kl,
@@ -63,6 +64,13 @@ def test_kl_is_zero_at_reference_and_positive_elsewhere() -> None:
 def test_opd_advantage_is_clipped_difference() -> None:
     adv = opd_token_advantage(torch.tensor([-1.0, -10.0, -1.0]), torch.tensor([-2.0, -1.0, -9.0]), clip=5.0)
     assert adv.tolist() == [1.0, -5.0, 5.0]
+
+
+def test_repeats_marks_each_token_that_completes_an_ngram_seen_before() -> None:
+    # 7 8 9 | 7 8 9 | 7: the second "7 8" is new as a trigram's start, "9" completes a repeat
+    assert repeats([7, 8, 9, 7, 8, 9, 7], 3).tolist() == [False, False, False, False, False, True, True]
+    assert repeats([7, 8, 9, 7, 8, 9, 7], 2).tolist() == [False, False, False, False, True, True, True]
+    assert not repeats([1, 2, 3, 4], 2).any() and repeats([], 3).tolist() == []
 
 
 def test_topk_reverse_kl_zero_when_equal_and_reaches_unsampled_tokens() -> None:

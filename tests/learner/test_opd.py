@@ -16,9 +16,10 @@ from core.models import AdapterVersion, Turn
 from core.settings import Settings
 from core.tokens import unpack_ids
 from learner.config import TrainConfig
-from learner.losses import tail_logprob, topk_reverse_kl
+from learner.losses import repeats, tail_logprob, topk_reverse_kl
 from learner.run import run_train_step
-from learner.samples import teacher_messages
+from learner.samples import Sample, teacher_messages
+from learner.trainer import Learner
 from tests.learner.factories import TurnMaker
 
 pytestmark = pytest.mark.slow
@@ -266,3 +267,18 @@ def test_rollouts_learned_in_a_batch_are_replayed_in_the_next(
     for step in second.metrics["steps"]:
         assert step["replay_tokens"] == sum(len(n["ids"]) for n in newest)
         assert step["replay_loss"] > 0
+
+
+def test_opd_no_repeat_takes_back_the_teachers_vote_for_a_repeat(maker: TurnMaker, model_path: str) -> None:
+    """The hinted teacher copies the hint's phrase: it scores "Hello Bob" said again above the student.
+    With opd_no_repeat those repeated tokens lose their positive advantage; the first saying keeps it."""
+    messages = [{"role": "user", "content": "Say hello to Bob."}]
+    response = maker.response_ids("Hello Bob! Hello Bob! Hello Bob! Hello Bob!")
+    sample = Sample(1, maker.prompt_ids(messages), response, [0.0] * len(response), 0,
+                    "Start your reply with 'Hello Bob'.", messages)
+    again = repeats(response, 3)
+    off = Learner(model_path, TrainConfig(method="opd", device="cpu"))._targets([sample]).opd_adv
+    assert (off[again] > 0).any()  # the teacher's copy vote, which the setting takes back
+    on = Learner(model_path, TrainConfig(method="opd", device="cpu", opd_no_repeat=3))._targets([sample]).opd_adv
+    assert (on[again] <= 0).all()
+    assert torch.equal(on[~again], off[~again]) and (on[:2] > 0).any()
