@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.modelload import load_model, load_tokenizer, resolve_model_path  # noqa: E402
 from core.settings import Settings  # noqa: E402
+from learner import rollouts  # noqa: E402
 from learner.losses import repeats  # noqa: E402
 from learner.samples import _prompt_ids, teacher_messages  # noqa: E402
 
@@ -43,15 +44,14 @@ def main() -> None:
     student_prompt = _prompt_ids(tokenizer, messages, None)
     teacher_prompt = _prompt_ids(tokenizer, teacher_messages(messages, HINT), None)
 
-    def logprobs(prompt: list[int], reply: list[int]) -> torch.Tensor:
-        with torch.no_grad():
-            logits = model(torch.tensor([prompt + reply])).logits[0, len(prompt) - 1:-1].float()
-        return torch.log_softmax(logits, -1).gather(-1, torch.tensor(reply)[:, None])[:, 0]
+    replies = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in REPLIES.values()]
+    with torch.no_grad():
+        teacher, student = (rollouts.scored(model, [prompt] * len(replies), replies, device="cpu", chunk=1024)
+                            for prompt in (teacher_prompt, student_prompt))
 
     print(f"request: {REQUEST!r}\nhint: {HINT!r}\n")
-    for name, text in REPLIES.items():
-        reply = tokenizer(text, add_special_tokens=False)["input_ids"]
-        adv = logprobs(teacher_prompt, reply) - logprobs(student_prompt, reply)
+    for name, reply, t, s in zip(REPLIES, replies, teacher, student, strict=True):
+        adv = t - s
         again = repeats(reply, 3)
         rest = f", on tokens that repeat a trigram {adv[again].mean():+.2f}" if again.any() else ""
         print(f"{name}: mean advantage {adv.mean():+.2f}{rest}")

@@ -277,8 +277,10 @@ def test_opd_no_repeat_takes_back_the_teachers_vote_for_a_repeat(maker: TurnMake
     sample = Sample(1, maker.prompt_ids(messages), response, [0.0] * len(response), 0,
                     "Start your reply with 'Hello Bob'.", messages)
     again = repeats(response, 3)
-    off = Learner(model_path, TrainConfig(method="opd", device="cpu"))._targets([sample]).opd_adv
+    learner = Learner(model_path, TrainConfig(method="opd", device="cpu"))
+    off = learner._targets([sample]).opd_adv
     assert (off[again] > 0).any()  # the teacher's copy vote, which the setting takes back
-    on = Learner(model_path, TrainConfig(method="opd", device="cpu", opd_no_repeat=3))._targets([sample]).opd_adv
+    learner.configure(TrainConfig(method="opd", device="cpu", opd_no_repeat=3))
+    on = learner._targets([sample]).opd_adv
     assert (on[again] <= 0).all()
     assert torch.equal(on[~again], off[~again]) and (on[:2] > 0).any()
