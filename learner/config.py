@@ -92,6 +92,11 @@ class TrainConfig:
         "'My advice:') only if it begins with that phrase. The 135M teacher often answers such a hint with a "
         "stock line that paraphrases the request (I'm glad you asked for my advice. ...), which passes the "
         "relevance and grounding checks and, learned, turns the student away from the preference.")
+    rollout_asked_once: bool = _f(
+        False, "Learn a rollout for a hint that names the phrase a reply must begin with only if it says that "
+        "phrase once. The hinted teacher copies the quoted phrase out of its context ('My advice: \"My advice: "
+        "Bring a dessert.'), and in an advice run the held-out replies doubled the label after one such rollout "
+        "was learned.")
     rollout_min_relevance: float = _f(
         0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "

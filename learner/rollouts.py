@@ -210,6 +210,17 @@ def opens_as_asked(text: str, hint: str) -> bool | None:
     return any(start.startswith(p) for p in asked)
 
 
+def says_asked_again(text: str, hint: str) -> bool | None:
+    """Whether `text` says a phrase the hint asks a reply to begin with more than once ('My advice: "My
+    advice: ...'); None when the hint asks for no opening. The hinted teacher copies the quoted phrase out
+    of its context, and a student that learns the doubled phrase loops on it."""
+    asked = asked_openings(hint)
+    if not asked:
+        return None
+    lower = text.lower()
+    return any(len(re.findall(rf"(?<!\w){re.escape(p)}(?!\w)", lower)) > 1 for p in asked)
+
+
 def share_in(text: str, source: str) -> float:
     """Share of `text`'s word trigrams that also occur in `source` (0 for text under three words)."""
     grams = trigrams(text)
@@ -235,12 +246,14 @@ class Verdict:
     leaked: bool = False  # the rollout writes the teacher context's hint header
     repeated: float = 0.0  # share of its own trigrams the rollout repeats (a loop)
     opens_as_asked: bool | None = None  # begins with the phrase the hint asks for (None: not checked)
+    asked_again: bool | None = None  # says the phrase the hint asks to begin with twice (None: not checked)
 
 
 def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
           max_copy: float, relevance: float | None = None, min_relevance: float = 0.0,
           grounding: float | None = None, min_grounding: float = 0.0, header: str = "",
-          max_repeat: float = 1.0, written: str | None = None, asked_opening: bool = False) -> Verdict:
+          max_repeat: float = 1.0, written: str | None = None, asked_opening: bool = False,
+          asked_once: bool = False) -> Verdict:
     """Whether a rollout is learned: the hint made it likelier, it is no echo of the hint or the chat,
     (each when given) it is about what the user asked and its opening depends on it, it does not
     write the `header` that introduced the hint in the teacher's context, and it does not loop.
@@ -250,10 +263,12 @@ def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: f
     ...") is no loop. With `asked_opening`, a rollout for a hint that names the phrase a reply must begin
     with ("Begin your reply with 'My advice:'") must begin with it: the teacher did not do what it was
     asked, and a fluent reply that ignores the hint ("I'm glad you asked for my advice. ...") teaches the
-    student the teacher's habits, not the user's preference."""
+    student the teacher's habits, not the user's preference. With `asked_once`, such a rollout must not say
+    the phrase a second time."""
     verdict = Verdict(gain, share_in(hint, text), share_in(text, "\n".join(earlier)), False, relevance, grounding,
                       bool(header) and header in text, repeated(text if written is None else written),
-                      opens_as_asked(text, hint) if asked_opening else None)
+                      opens_as_asked(text, hint) if asked_opening else None,
+                      says_asked_again(text, hint) if asked_once else None)
     failed = failed_checks(verdict, min_gain=min_gain, max_echo=max_echo, max_copy=max_copy,
                            min_relevance=min_relevance, min_grounding=min_grounding, max_repeat=max_repeat)
     return replace(verdict, kept=not failed)
@@ -267,6 +282,7 @@ def failed_checks(v: Verdict, *, min_gain: float, max_echo: float, max_copy: flo
         ("relevance", v.relevance is not None and v.relevance < min_relevance),
         ("opening", v.grounding is not None and v.grounding < min_grounding), ("header", v.leaked),
         ("repeat", v.repeated > max_repeat), ("asked", v.opens_as_asked is False),
+        ("asked_again", v.asked_again is True),
     ) if bad]
 
 

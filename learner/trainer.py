@@ -284,6 +284,7 @@ class Learner:
                 relevance=related[j], min_relevance=cfg.rollout_min_relevance,
                 grounding=grounded[j], min_grounding=cfg.rollout_min_grounding, header=HINT_HEADER.strip(),
                 max_repeat=cfg.rollout_max_repeat, asked_opening=cfg.rollout_asked_opening,
+                asked_once=cfg.rollout_asked_once,
                 written=self.tokenizer.decode(replies[j][own[j]:], skip_special_tokens=True) if own[j] else None)
             verdicts.setdefault(i, []).append((j, verdict))
         kept: list[int] = []  # rollout positions
