@@ -95,8 +95,9 @@ class TrainConfig:
     rollout_asked_once: bool = _f(
         False, "Learn a rollout for a hint that names the phrase a reply must begin with only if it says that "
         "phrase once. The hinted teacher copies the quoted phrase out of its context ('My advice: \"My advice: "
-        "Bring a dessert.'), and in an advice run the held-out replies doubled the label after one such rollout "
-        "was learned.")
+        "Bring a dessert.'), and in an advice run where one such rollout was learned, 5 of 8 held-out replies "
+        "later doubled the label. With it (and opd_no_repeat) on that seed, 1-2 rollouts per user were learned "
+        "and the label was not (docs/BENCHMARKS.md), so it is off.")
     rollout_min_relevance: float = _f(
         0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "

@@ -213,7 +213,7 @@ def opens_as_asked(text: str, hint: str) -> bool | None:
 def says_asked_again(text: str, hint: str) -> bool | None:
     """Whether `text` says a phrase the hint asks a reply to begin with more than once ('My advice: "My
     advice: ...'); None when the hint asks for no opening. The hinted teacher copies the quoted phrase out
-    of its context, and a student that learns the doubled phrase loops on it."""
+    of its context, and a student that learns such a rollout says the phrase twice too."""
     asked = asked_openings(hint)
     if not asked:
         return None
