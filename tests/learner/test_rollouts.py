@@ -297,7 +297,7 @@ def test_a_rollout_that_ignores_the_opening_its_hint_asks_for_is_not_learned(tex
     assert unchecked.opens_as_asked is None and unchecked.kept
 
 
-# From an advice run: this rollout was learned at v4, and by v7 ten of sixteen held-out replies doubled the label.
+# From an advice run: this rollout was learned at v4; at v7, 5 of 8 advice held-out replies doubled the label.
 @pytest.mark.parametrize(("text", "again"), [
     ('My advice: "My advice: Bring a dessert to a dinner party."', True),
     ("My advice:\n\n* My advice: call her first.", True),
@@ -312,6 +312,7 @@ def test_a_rollout_that_says_the_asked_for_opening_twice_is_not_learned(text: st
     # off, the doubled phrase is not looked for; for a hint that names no opening, there is nothing to look for
     assert screen(text, hint=hint, earlier=[], gain=1.0, **DEFAULTS).asked_again is None
     assert screen(text, hint="Say it plainly.", earlier=[], gain=1.0, asked_once=True, **DEFAULTS).asked_again is None
+
 
 NONE = float("-inf")  # the hinted teacher's likeliest token is the reply's own
 
