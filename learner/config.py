@@ -46,7 +46,10 @@ class TrainConfig:
     eps_high: float = _f(0.28, "Clip range above 1 (wider: low-probability tokens can still rise).")
     ratio_cap: float = _f(2.0, "Truncation of pi_theta / pi_behavior (the logged sampling logprob).")
     kl_coef: float = _f(0.0, "Weight of the KL to the base model (adapter disabled); 0 only logs it.")
-    w_rl: float = _f(1.0, "Weight of the RL advantage in combined mode.")
+    w_rl: float = _f(
+        1.0, "Weight of the RL advantage. In combined mode it sets RL against distillation; in rl mode "
+        "with kl_coef 0 it only scales the loss, which AdamW mostly normalises away (the gradient clip bites "
+        "less often).")
     w_opd: float = _f(1.0, "Weight of the distillation advantage (token) or loss (topk).")
     opd_clip: float = _f(5.0, "OPD token advantage is clipped to [-c, c].")
     opd_no_repeat: int = _f(
