@@ -54,6 +54,7 @@ class AdapterState(enum.StrEnum):
     published = "published"
     retired = "retired"
     rolled_back = "rolled_back"
+    rejected = "rejected"  # failed the check before publishing (learner/publish_check.py); never served
     failed = "failed"
 
 

@@ -32,7 +32,7 @@ def publish(session: Session, version_id: int) -> AdapterVersion:
     if version is None:
         raise KeyError(f"no adapter version {version_id}")
     if version.state not in (AdapterState.ready, AdapterState.published, AdapterState.retired,
-                             AdapterState.rolled_back):
+                             AdapterState.rolled_back, AdapterState.rejected):  # a person may overrule a check
         raise ValueError(f"version {version_id} is {version.state} and cannot be served")
     previous = current_version_id(session)
     if previous is not None and previous != version_id:

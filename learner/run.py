@@ -2,7 +2,9 @@
 
 With `rollback_margin` set, a step first rolls the served version back if the judge scored its turns
 worse than its parent's (learner/regression.py). A version whose parent was rolled back while it
-trained is saved but not published: it learned from the weights that did worse.
+trained is saved but not published: it learned from the weights that did worse. With
+`publish_check` set, a version whose greedy replies to recent requests fail where the base
+model's do not is saved as `rejected` and never published (learner/publish_check.py).
 
 `run_train_step` is the plain function behind the Celery task and `learnproxy train --once`; the
 tests call it directly.
@@ -21,7 +23,7 @@ from core.db import session_scope
 from core.modelload import resolve_model_path
 from core.models import AdapterState, AdapterVersion, Turn, TurnStatus
 from core.settings import Settings
-from learner import regression, versions
+from learner import publish_check, regression, versions
 from learner.config import TrainConfig
 from learner.samples import Collected, add_standing, collect_samples, replay_rollouts
 from learner.trainer import Learner, Progress, cached_learner
@@ -105,13 +107,25 @@ def _train(
     result = learner.train_batch(collected.samples, progress, replay=replay)
     path = settings.adapters_dir / row.name
     learner.save(path)
+    verdict = None
+    if config.publish_check:
+        with factory() as session:
+            requests = publish_check.latest_requests(session, config.publish_check)
+        verdict = learner.check_before_publish(requests) if requests else None
     metrics = _metrics(result.steps, collected, reason, time.perf_counter() - started)
+    if verdict is not None:
+        metrics["publish_check"] = verdict.as_json()
     versions.write_files(path, config, metrics)
     with session_scope(factory) as session:
         parent = session.get(AdapterVersion, row.parent_id) if row.parent_id is not None else None
         parent_gone = parent is not None and parent.state == AdapterState.rolled_back
+        rejected = verdict if verdict is not None and not verdict.passed else None
         done = versions.finish(session, row.id, path=path, metrics=metrics, n_samples=len(collected.samples),
-                               publish=settings.auto_publish and not parent_gone)
+                               publish=settings.auto_publish and not parent_gone and rejected is None)
+        if rejected is not None:
+            done.state = AdapterState.rejected
+            log.warning("rejected %s: its replies failed %d of %d recent requests, the base model's %d",
+                        done.name, rejected.failed, len(rejected.rows), rejected.base_failed)
         for sample, summary in zip(collected.samples, result.per_sample, strict=True):
             turn = session.get(Turn, sample.turn_id)
             if turn is not None:

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from core.modelload import eos_token_ids, load_model, load_tokenizer, pick_device
-from learner import rollouts
+from learner import publish_check, rollouts
 from learner.config import TrainConfig
 from learner.logprobs import Packed, TokenStats, pack, token_stats, topk_of
 from learner.losses import (
@@ -114,6 +114,7 @@ class Learner:
         self._fresh = {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model).items()}
         self.loaded_path: str | None = None  # the version the weights came from
         self._embedder: Any = None  # all-MiniLM-L6-v2, loaded on the first rollout relevance check
+        self._replies: publish_check.Replies | None = None  # keeps the base model's check replies
         self._new_optimizer()
 
     def configure(self, config: TrainConfig) -> None:
@@ -323,6 +324,17 @@ class Learner:
             out[i] = rollouts.divergence(effect, rival_i, margin=cfg.rollout_divergence_margin, stop_logprob=stop,
                                          stop_floor=cfg.rollout_stop_floor)
         return out
+
+    def check_before_publish(self, requests: list[publish_check.Request]) -> publish_check.Verdict:
+        """The weights in memory against the base model on `requests` (learner/publish_check.py)."""
+        cfg = self.config
+        if self._replies is None or self._replies.max_new_tokens != cfg.publish_check_tokens:
+            self._replies = publish_check.Replies(
+                self.model, self.tokenizer, self._sentence_embedder(), device=self.device,
+                eos_ids=eos_token_ids(self.model, self.tokenizer), max_new_tokens=cfg.publish_check_tokens)
+        new, base = self._replies.of_adapter(requests), self._replies.of_base(requests)
+        return publish_check.decide(new, base, max_repeat=cfg.publish_check_max_repeat,
+                                    drop=cfg.publish_check_drop, slack=cfg.publish_check_slack)
 
     def _sentence_embedder(self) -> Any:
         if self._embedder is None:

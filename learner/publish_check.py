@@ -1,0 +1,143 @@
+"""Checking a trained adapter version before it is served: does it still answer what users ask?
+
+A batch can teach the student to loop ('My advice: "My advice: "My advice: …') or to meet every
+request with a stock line ("You're a helpful AI, designed to provide guidance …"). Hot-swapped, such
+a version serves every user until the judge has scored enough of its turns to roll it back
+(learner/regression.py), and the next batch trains on from it. With `publish_check` above 0 the
+learner looks first: it writes greedy replies with the new weights to the opening requests of the
+latest `publish_check` sessions (distinct prompts, in the exact tokens they were served with), and
+with the adapter switched off, so the base model answers the same requests. A reply
+fails when it has fewer than `MIN_WORDS` words, when its word trigrams loop (`rollouts.repeated`
+above `publish_check_max_repeat`), or when its relevance to the conversation's opening request
+(all-MiniLM-L6-v2 cosine, `rollouts.relevance`) falls more than `publish_check_drop` below the base
+reply's. The version is published only if it fails on at most `publish_check_slack` more requests
+than the base model does. Otherwise it is kept as `rejected`: never served, its files and verdict
+kept for review, and the next batch trains from the served version again.
+
+The base model is the anchor, not the parent, so small losses cannot add up version by version.
+The check reads only what the proxy logged; it never sees how a user judged a reply, so a version
+that answers well in a way users dislike passes, and the judge's scores and the rollback deal with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from core.models import Turn
+from core.turns import view_of
+from learner import rollouts
+from learner.samples import opening_request
+
+MIN_WORDS = 4
+
+
+@dataclass(frozen=True)
+class Request:
+    turn_id: int
+    prompt_ids: list[int]
+    opening: str  # the conversation's first user message, what a reply must stay about
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    repeated: float
+    relevance: float | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    failed: int  # requests the new version's reply failed
+    base_failed: int  # requests the base model's reply failed
+    slack: int
+    rows: list[dict[str, Any]]
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def latest_requests(session: Session, n: int) -> list[Request]:
+    """Up to `n` distinct prompts: the opening main turn of each of the latest sessions, newest session
+    first, counting only turns served without an error. An opening turn is a request on its own; a
+    later one may be a "thanks" or a complaint, whose replies are not answers to compare."""
+    served = (Turn.turn_type == "main", Turn.error.is_(None), Turn.n_response_tokens > 0)
+    sessions = select(func.min(Turn.id), func.max(Turn.id)).where(*served).group_by(Turn.session_id)
+    out: list[Request] = []
+    seen: set[tuple[int, ...]] = set()
+    for first, _ in sorted(session.execute(sessions).tuples(), key=lambda row: row[1], reverse=True):
+        if len(out) == n:
+            break
+        turn = session.get(Turn, first)
+        assert turn is not None
+        view = view_of(session, turn)
+        if view.prompt_token_ids and tuple(view.prompt_token_ids) not in seen:
+            seen.add(tuple(view.prompt_token_ids))
+            out.append(Request(first, view.prompt_token_ids, opening_request(view.messages)))
+    return out
+
+
+def failure(reply: Reply, base: Reply, *, max_repeat: float, drop: float) -> str | None:
+    """Why `reply` fails against the base model's reply to the same request; None when it passes."""
+    if len(rollouts.words(reply.text)) < MIN_WORDS:
+        return "too_short"
+    if reply.repeated > max_repeat:
+        return "loops"
+    if reply.relevance is not None and base.relevance is not None and reply.relevance < base.relevance - drop:
+        return "off_topic"
+    return None
+
+
+def decide(new: list[Reply], base: list[Reply], *, max_repeat: float, drop: float, slack: int) -> Verdict:
+    """Pass unless the new replies fail on more than `slack` requests beyond the base model's failures.
+    A base reply is held to the loop and length tests only: it is the relevance anchor."""
+    rows, failed, base_failed = [], 0, 0
+    for mine, anchor in zip(new, base, strict=True):
+        why = failure(mine, anchor, max_repeat=max_repeat, drop=drop)
+        base_why = failure(anchor, anchor, max_repeat=max_repeat, drop=drop)
+        failed += why is not None
+        base_failed += base_why is not None
+        rows.append({"reply": mine.text, "base_reply": anchor.text, "failed": why, "base_failed": base_why,
+                     "relevance": mine.relevance, "base_relevance": anchor.relevance, "repeated": mine.repeated})
+    return Verdict(failed <= base_failed + slack, failed, base_failed, slack, rows)
+
+
+class Replies:
+    """Greedy replies of one model to requests, with the measures `failure` reads; base replies are
+    cached by prompt, since the base model's weights never change."""
+
+    def __init__(self, model: Any, tokenizer: Any, embedder: Any, *, device: str, eos_ids: list[int],
+                 max_new_tokens: int) -> None:
+        self.model, self.tokenizer, self.embedder = model, tokenizer, embedder
+        self.device, self.eos_ids, self.max_new_tokens = device, eos_ids, max_new_tokens
+        self._base: dict[tuple[int, ...], Reply] = {}
+
+    def of_adapter(self, requests: list[Request]) -> list[Reply]:
+        return self._write(requests)
+
+    def of_base(self, requests: list[Request]) -> list[Reply]:
+        todo = [r for r in requests if tuple(r.prompt_ids) not in self._base]
+        if todo:
+            with self.model.disable_adapter():
+                self._base.update(zip([tuple(r.prompt_ids) for r in todo], self._write(todo), strict=True))
+        return [self._base[tuple(r.prompt_ids)] for r in requests]
+
+    def _write(self, requests: list[Request]) -> list[Reply]:
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                ids = rollouts.generate(self.model, [r.prompt_ids for r in requests],
+                                        [self.max_new_tokens] * len(requests), eos_ids=self.eos_ids,
+                                        pad_id=pad, temperature=0.0, device=self.device)
+        finally:
+            self.model.train(was_training)
+        texts = [self.tokenizer.decode([t for t in reply if t not in self.eos_ids]).strip() for reply in ids]
+        sims = rollouts.relevance(self.embedder, texts, [r.opening for r in requests])
+        return [Reply(text, rollouts.repeated(text), sim) for text, sim in zip(texts, sims, strict=True)]

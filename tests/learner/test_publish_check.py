@@ -1,0 +1,113 @@
+"""The check before a new adapter version is served (learner/publish_check.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from core.models import AdapterState, AdapterVersion
+from core.pointer import current_version_id, publish
+from core.settings import Settings
+from learner import publish_check
+from learner.config import TrainConfig
+from learner.publish_check import Reply
+from learner.run import run_train_step
+from tests.learner.factories import TurnMaker
+from tests.learner.test_training import FAST, _add_scored
+
+ANSWER = Reply("Water boils at 100 degrees Celsius at sea level.", 0.0, 0.62)
+
+
+def _decide(new: list[Reply], base: list[Reply], slack: int = 0) -> publish_check.Verdict:
+    return publish_check.decide(new, base, max_repeat=0.2, drop=0.2, slack=slack)
+
+
+@pytest.mark.parametrize(("reply", "why"), [
+    (Reply("Boils at 100.", 0.0, 0.6), "too_short"),
+    (Reply('My advice: "My advice: "My advice: "My advice: "My advice: "', 0.6, 0.5), "loops"),
+    (Reply("You're a helpful AI, designed to provide guidance and support.", 0.0, 0.12), "off_topic"),
+    (Reply("At sea level water starts to boil at one hundred degrees.", 0.0, 0.45), None),  # within the drop
+])
+def test_a_reply_fails_when_short_looping_or_off_the_request(reply: Reply, why: str | None) -> None:
+    assert publish_check.failure(reply, ANSWER, max_repeat=0.2, drop=0.2) == why
+
+
+def test_a_version_is_held_to_the_base_models_failures_plus_slack() -> None:
+    looping_base = Reply("one two three one two three one two three one two three", 0.7, 0.5)
+    off = Reply("You're a helpful AI, designed to provide guidance and support.", 0.0, 0.12)
+    # the base model loops on the second request too: failing there costs the version nothing
+    even = _decide([ANSWER, off], [ANSWER, looping_base])
+    assert (even.passed, even.failed, even.base_failed) == (True, 1, 1)
+    worse = _decide([off, off], [ANSWER, looping_base])
+    assert (worse.passed, worse.failed, worse.base_failed) == (False, 2, 1)
+    assert _decide([off, off], [ANSWER, looping_base], slack=1).passed
+    assert [r["failed"] for r in worse.rows] == ["off_topic", "off_topic"]
+    assert [r["base_failed"] for r in worse.rows] == [None, "loops"]
+
+
+def test_latest_requests_open_the_latest_sessions_once_each(db: Session, maker: TurnMaker) -> None:
+    sky = maker.add(db, "Why is the sky blue?", "Rayleigh scattering.")  # the oldest session
+    old = maker.add(db, "How do I boil an egg?", "Put it in boiling water for 8 minutes.")
+    later = maker.add(db, "Softer, please.", "Six minutes.", messages=[
+        {"role": "user", "content": "How do I boil an egg?"},
+        {"role": "assistant", "content": "Put it in boiling water for 8 minutes."},
+        {"role": "user", "content": "Softer, please."}])
+    later.session_id, later.turn_index = old.session_id, 1  # the same session, one turn on
+    side = maker.add(db, "How tall is Everest?", "8849 metres.")
+    side.turn_type = "side"  # an evaluation or title request: not what users asked
+    failed = maker.add(db, "What is rust?", "")
+    failed.error = "engine timeout"
+    asked = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a primary colour."}]
+    maker.add(db, "Name a primary colour.", "Blue.", messages=asked)
+    other = maker.add(db, "Name a primary colour.", "Red.", messages=asked)  # the same prompt, asked again
+    db.commit()
+    requests = publish_check.latest_requests(db, 5)
+    # newest session first; a session's opening turn, not its latest; a prompt asked again counts once
+    assert [r.turn_id for r in requests] == [other.id, old.id, sky.id]
+    assert [r.opening for r in requests] == ["Name a primary colour.", "How do I boil an egg?", "Why is the sky blue?"]
+    assert requests[0].prompt_ids == maker.prompt_ids(asked)
+    assert [r.turn_id for r in publish_check.latest_requests(db, 2)] == [other.id, old.id]
+
+
+@pytest.mark.slow
+def test_a_version_that_learned_to_loop_is_kept_but_never_served(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
+) -> None:
+    # judged +1 on a looping reply and -1 on real answers, at a rate far too high: the version loops
+    loop = "yes yes yes yes yes yes yes yes yes yes yes yes yes yes yes yes"
+    for question in ("What is 2+2?", "Name a primary colour.", "Why is the sky blue?", "How do magnets work?"):
+        maker.add(db, question, loop, score=1)
+        maker.add(db, question, "Let me explain it simply and clearly.", score=-1)
+    db.commit()
+    config = TrainConfig.from_settings(settings, method="rl", lr=3e-3, steps_per_batch=4, batch_size=8,
+                                       publish_check=4, publish_check_tokens=24)
+    version = run_train_step(session_factory, settings, config=config)
+    assert version is not None
+    db.expire_all()
+    row = db.get(AdapterVersion, version.id)
+    assert row is not None and row.state == AdapterState.rejected
+    assert current_version_id(db) is None  # the base model still serves
+    verdict = row.metrics["publish_check"]
+    assert not verdict["passed"] and verdict["failed"] > verdict["base_failed"]
+    assert len(verdict["rows"]) == 4 and [r["failed"] for r in verdict["rows"]] == ["loops"] * 4
+    assert len({r["base_reply"] for r in verdict["rows"]}) == 4  # four distinct requests
+    assert json.loads((Path(row.path or "") / "metrics.json").read_text())["publish_check"] == verdict
+
+    # the next version trains from what is served (the base model), not from the rejected weights
+    _add_scored(db, maker)
+    fine = TrainConfig.from_settings(settings, **FAST, publish_check=4, publish_check_tokens=24)
+    second = run_train_step(session_factory, settings, config=fine)
+    assert second is not None and second.parent_id is None
+    db.expire_all()
+    kept = db.get(AdapterVersion, second.id)
+    assert kept is not None and kept.state == AdapterState.published and kept.metrics["publish_check"]["passed"]
+    assert current_version_id(db) == second.id
+    # a person may still serve the rejected version from the review page
+    publish(db, version.id)
+    db.commit()
+    assert current_version_id(db) == version.id
+    assert db.scalars(select(AdapterVersion.state).where(AdapterVersion.id == second.id)).one() == AdapterState.retired
