@@ -148,3 +148,23 @@ def served_and_rolled_back(db_path: Path) -> tuple[int | None, list[dict[str, An
         engine.dispose()
     return served, [{"version": r.id, "parent": r.parent_id, "check": (r.metrics or {}).get("rollback")}
                     for r in rows]
+
+
+def rejected_versions(db_path: Path) -> list[dict[str, Any]]:
+    """Versions the publish check kept from serving (learner/publish_check.py), with its counts."""
+    if not db_path.exists():
+        return []
+    engine = _read_only(db_path)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(select(AdapterVersion.id, AdapterVersion.parent_id, AdapterVersion.metrics)
+                                .where(AdapterVersion.state == AdapterState.rejected)
+                                .order_by(AdapterVersion.id)).all()
+    finally:
+        engine.dispose()
+    out = []
+    for r in rows:
+        check = (r.metrics or {}).get("publish_check") or {}
+        out.append({"version": r.id, "parent": r.parent_id, "failed": check.get("failed"),
+                    "base_failed": check.get("base_failed"), "n": len(check.get("rows") or [])})
+    return out

@@ -180,6 +180,20 @@ def rollback_table(results: dict[str, Any]) -> str | None:
                       "parent's (turns) |", "|---|---|---|---|---|", *rows])
 
 
+def rejected_table(results: dict[str, Any]) -> str | None:
+    """Versions the publish check kept from serving (learner/publish_check.py)."""
+    rows = []
+    for r in results["runs"]:
+        name = f"{r['method']} / {r['trained_on'] or 'all users'} / seed {r['seed']}"
+        for rj in r.get("rejected") or []:
+            rows.append(f"| {name} | v{rj['version']} | {'v' + str(rj['parent']) if rj['parent'] else 'base'} | "
+                        f"{rj['failed']} of {rj['n']} | {rj['base_failed']} of {rj['n']} |")
+    if not rows:
+        return None
+    return "\n".join(["| run | rejected | trained from | its replies failed | the base model's failed |",
+                      "|---|---|---|---|---|", *rows])
+
+
 def render(results: dict[str, Any], img_dir: str = "img") -> str:
     """The markdown section: one table per user, the judge's reliability, the hinted ceiling."""
     from bench.learn.users import all_users
@@ -206,6 +220,10 @@ def render(results: dict[str, Any], img_dir: str = "img") -> str:
     rollbacks = rollback_table(results)
     if rollbacks:
         out += ["#### Versions rolled back (the judge scored their turns below their parent's)", "", rollbacks, ""]
+    rejected = rejected_table(results)
+    if rejected:
+        out += ["#### Versions never served (their replies to recent requests failed the publish check)", "",
+                rejected, ""]
     out += ["#### Hinted-teacher compliance (the ceiling of hint distillation)", "",
             hinted_table(results), "",
             "#### Judge against the simulator's ground truth (training turns)", "", judge_table(results), "",

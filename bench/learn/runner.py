@@ -27,7 +27,13 @@ from typing import Any
 from openai import OpenAI
 
 from bench.learn import report
-from bench.learn.judging import judge_agreement, served_and_rolled_back, wait_for_judging, wait_for_training
+from bench.learn.judging import (
+    judge_agreement,
+    rejected_versions,
+    served_and_rolled_back,
+    wait_for_judging,
+    wait_for_training,
+)
 from bench.learn.quality import QualityGuard
 from bench.learn.server import Server, child_settings
 from bench.learn.sim import Chat, Truth, cycle, evaluate, session
@@ -222,9 +228,13 @@ def _train_loop(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, rec
             done += len(block)
             if method == "off":
                 continue
-            found = server.wait_for_version(version, plan.version_wait_s)
-            if found is not None:
-                version, model = found
+            found = next_version(server, version, plan.version_wait_s)
+            if found is None:
+                continue
+            version, model = found
+            if model is None:
+                print(f"   x={len(truths):>3} v={version} rejected by the publish check", flush=True)
+            else:
                 record["points"].append(eval_point(chat, plan, guard, x=len(truths), version=version,
                                                    model=model, pools=pools_for(plan, user_name)))
     if method == "off":  # greedy replies of an untouched model: this point measures the eval's noise
@@ -234,11 +244,29 @@ def _train_loop(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, rec
     return truths
 
 
+def next_version(server: Server, newer_than: int, timeout_s: float) -> tuple[int, str | None] | None:
+    """The newest version above `newer_than` that is served, with its model name, else the newest one the
+    publish check rejected (name None); waits up to `timeout_s`, None if neither came."""
+    db_path = server.settings.data_dir / "learnproxy.db"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        served = server.wait_for_version(newer_than, 0.0)
+        if served is not None:
+            return served
+        rejected = [r["version"] for r in rejected_versions(db_path) if r["version"] > newer_than]
+        if rejected:
+            return max(rejected), None
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(2.0)
+
+
 def _served_last(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, record: dict[str, Any],
                  db_path: Path, *, x: int, pools: list[str]) -> None:
     """Make the run's last point the version served at the end, if not evaluated last: usually the
     newest, trained after the last session; after a rollback (learner/regression.py) an earlier one."""
     served, record["rolled_back"] = served_and_rolled_back(db_path)
+    record["rejected"] = rejected_versions(db_path)
     if not record["points"] or record["points"][-1]["version"] == served:
         return
     model = server.version_models().get(served) if served is not None else server.settings.model
