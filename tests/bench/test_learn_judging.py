@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from bench.learn.judging import served_and_rolled_back, wait_for_training
+from bench.learn.judging import rejected_versions, served_and_rolled_back, wait_for_training
 from core import pointer
 from core.models import AdapterState, AdapterVersion
 from core.settings import Settings
@@ -66,3 +66,13 @@ def test_reads_the_served_version_and_the_rolled_back_ones(db: Session, settings
     db.commit()
     assert served_and_rolled_back(_db_path(settings)) == (
         first.id, [{"version": second.id, "parent": first.id, "check": {"margin": 0.5}}])
+
+
+def test_reads_the_versions_the_publish_check_rejected(db: Session, settings: Settings) -> None:
+    check = {"passed": False, "failed": 3, "base_failed": 1, "slack": 1, "rows": [{}] * 8}
+    db.add(AdapterVersion(name="v1-d", base_model="m", method="combined", state=AdapterState.published))
+    db.add(AdapterVersion(name="v2-d", base_model="m", method="combined", state=AdapterState.rejected,
+                          parent_id=None, metrics={"publish_check": check}))
+    db.commit()
+    rejected = rejected_versions(_db_path(settings))
+    assert [(r["parent"], r["failed"], r["base_failed"], r["n"]) for r in rejected] == [(None, 3, 1, 8)]

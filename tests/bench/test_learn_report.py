@@ -174,3 +174,12 @@ def test_merge_from_the_command_line_names_its_files_by_tag(tmp_path: Path) -> N
     clash.write_text(json.dumps({**r, "plan": {**r["plan"], "max_tokens": 96}}))
     with pytest.raises(SystemExit, match="max_tokens"):
         main(["--merge", parts[0], str(clash), "--out", str(tmp_path)], Settings())
+
+
+def test_render_lists_versions_the_publish_check_rejected_only_when_there_are_some() -> None:
+    r = results()
+    assert "Versions never served" not in report.render(r)
+    r["runs"][1]["rejected"] = [{"version": 3, "parent": None, "failed": 3, "base_failed": 1, "n": 8}]
+    md = report.render(r)
+    assert "#### Versions never served" in md
+    assert "| combined / student / seed 0 | v3 | base | 3 of 8 | 1 of 8 |" in md
