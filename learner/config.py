@@ -161,6 +161,9 @@ class TrainConfig:
         "A version that fails on more than publish_check_slack requests beyond the base is kept as rejected "
         "and never served. 0: publish every version.")
     publish_check_tokens: int = _f(64, "Token budget of each publish-check reply.")
+    publish_check_tries: int = _f(
+        1, "Checks per version: after a failed one, the LoRA weights are set half as far from the served "
+        "version's and checked again; 1: reject at once.")
     publish_check_slack: int = _f(0, "Requests a new version may fail beyond those the base model fails.")
     publish_check_drop: float = _f(
         0.3, "A reply is off the request when its MiniLM relevance to the conversation's opening request "
@@ -223,8 +226,10 @@ class TrainConfig:
                             "several times: set rollouts=1 or a temperature above 0")
         if self.rollback_margin is not None and not 0 <= self.rollback_margin < 2:
             problems.append(f"rollback_margin={self.rollback_margin}: mean scores lie in [-1, 1], set it in [0, 2)")
-        if self.publish_check < 0 or self.publish_check_tokens < 1 or self.publish_check_slack < 0:
-            problems.append("publish_check and publish_check_slack must be >= 0, publish_check_tokens >= 1")
+        if self.publish_check < 0 or self.publish_check_slack < 0 or min(self.publish_check_tokens,
+                                                                           self.publish_check_tries) < 1:
+            problems.append("publish_check and publish_check_slack must be >= 0, publish_check_tokens and "
+                            "publish_check_tries >= 1")
         if not 0 <= self.publish_check_drop <= 2 or not 0 <= self.publish_check_max_repeat <= 1:
             problems.append("publish_check_drop is a similarity gap: set it in [0, 2]; "
                             "publish_check_max_repeat is a share: set it in [0, 1]")

@@ -11,8 +11,11 @@ fails when it has fewer than `MIN_WORDS` words, when its word trigrams loop (`ro
 above `publish_check_max_repeat`), or when its relevance to the conversation's opening request
 (all-MiniLM-L6-v2 cosine, `rollouts.relevance`) falls more than `publish_check_drop` below the base
 reply's. The version is published only if it fails on at most `publish_check_slack` more requests
-than the base model does. Otherwise it is kept as `rejected`: never served, its files and verdict
-kept for review, and the next batch trains from the served version again.
+than the base model does. With `publish_check_tries` above 1, a version that fails is tried again
+on weights half as far from the served version's (the LoRA matrices blended), then a quarter, and
+the first that passes is published: a batch that overshoots still moves the served model a little.
+If none passes, the version is kept as `rejected`: never served, its files and verdict kept for
+review, and the next batch trains from the served version again.
 
 The base model is the anchor, not the parent, so small losses cannot add up version by version.
 The check reads only what the proxy logged; it never sees how a user judged a reply, so a version
@@ -21,7 +24,7 @@ that answers well in a way users dislike passes, and the judge's scores and the 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -57,6 +60,8 @@ class Verdict:
     base_failed: int  # requests the base model's reply failed
     slack: int
     rows: list[dict[str, Any]]
+    scale: float = 1.0  # the share of the trained step from the served version's weights that was checked
+    tries: list[dict[str, float]] = field(default_factory=list)  # each scale tried, with its failures
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)

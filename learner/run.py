@@ -4,7 +4,9 @@ With `rollback_margin` set, a step first rolls the served version back if the ju
 worse than its parent's (learner/regression.py). A version whose parent was rolled back while it
 trained is saved but not published: it learned from the weights that did worse. With
 `publish_check` set, a version whose greedy replies to recent requests fail where the base
-model's do not is saved as `rejected` and never published (learner/publish_check.py).
+model's do not is tried again at half its step from the served version (`publish_check_tries`
+times in all), and if none passes it is saved as `rejected` and never published
+(learner/publish_check.py).
 
 `run_train_step` is the plain function behind the Celery task and `learnproxy train --once`; the
 tests call it directly.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from statistics import mean
 from typing import Any
 
@@ -104,14 +107,11 @@ def _train(
         add_standing(session, config, collected.samples)
         if config.rollout_replay:
             replay = replay_rollouts(session, config.rollout_replay)
+    before = learner.adapter_state() if config.publish_check and config.publish_check_tries > 1 else None
     result = learner.train_batch(collected.samples, progress, replay=replay)
+    verdict = _check(factory, learner, config, before)
     path = settings.adapters_dir / row.name
     learner.save(path)
-    verdict = None
-    if config.publish_check:
-        with factory() as session:
-            requests = publish_check.latest_requests(session, config.publish_check)
-        verdict = learner.check_before_publish(requests) if requests else None
     metrics = _metrics(result.steps, collected, reason, time.perf_counter() - started)
     if verdict is not None:
         metrics["publish_check"] = verdict.as_json()
@@ -134,6 +134,31 @@ def _train(
                 turn.advantage = summary
     log.info("trained %s on %d samples: %s", done.name, len(collected.samples), metrics["summary"])
     return done
+
+
+def _check(factory: sessionmaker[Session], learner: Learner, config: TrainConfig,
+           before: dict[str, Any] | None) -> publish_check.Verdict | None:
+    """The publish check on the weights just trained; when they fail and `publish_check_tries` allows,
+    again on weights half as far from `before` (the served version's), and so on. The weights left in
+    memory, and saved, are the last ones checked."""
+    if not config.publish_check:
+        return None
+    with factory() as session:
+        requests = publish_check.latest_requests(session, config.publish_check)
+    if not requests:
+        return None
+    after = learner.adapter_state() if before is not None else None
+    scale, tries = 1.0, []
+    for attempt in range(config.publish_check_tries):
+        if attempt:
+            assert before is not None and after is not None
+            scale /= 2
+            learner.blend(before, after, scale)
+        verdict = learner.check_before_publish(requests)
+        tries.append({"scale": scale, "failed": verdict.failed})
+        if verdict.passed:
+            break
+    return replace(verdict, scale=scale, tries=tries)
 
 
 def _metrics(

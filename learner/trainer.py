@@ -325,6 +325,20 @@ class Learner:
                                          stop_floor=cfg.rollout_stop_floor)
         return out
 
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the LoRA weights in memory."""
+        from peft import get_peft_model_state_dict
+
+        return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model).items()}
+
+    def blend(self, start: dict[str, torch.Tensor], end: dict[str, torch.Tensor], scale: float) -> None:
+        """Set the LoRA weights `scale` of the way from `start` to `end`; the optimiser restarts, its
+        moments belonging to the weights it stepped."""
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(self.model, {k: start[k] + scale * (end[k] - start[k]) for k in end})
+        self._new_optimizer()
+
     def check_before_publish(self, requests: list[publish_check.Request]) -> publish_check.Verdict:
         """The weights in memory against the base model on `requests` (learner/publish_check.py)."""
         cfg = self.config

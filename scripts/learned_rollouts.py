@@ -1,7 +1,8 @@
 """What a benchmark run's learner actually learned from teacher rollouts, read from the run's DB.
 
-    python scripts/learned_rollouts.py RUN.db [--user bottomline] [--marker "in short"]
-    (RUN.db: a run's learnproxy.db, left by `learnproxy bench learn --keep DIR` under DIR/<run>/)
+    python scripts/learned_rollouts.py RUN.db [--user USER] [--marker "in short,"]
+    (RUN.db: a run's learnproxy.db, left by `learnproxy bench learn --keep DIR` under
+    DIR/<method>-<user>-s<seed>/; without --user the user is read from that folder's name)
 
 Each trained turn's `advantage` note lists the rollouts the hinted teacher wrote for it, with the
 screen's verdict and whether the learner learned it. This counts them for every hinted main turn,
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -101,7 +103,19 @@ def _overrides(db: Path) -> dict:
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("db", type=Path)
-    p.add_argument("--user", default="bottomline")
-    p.add_argument("--marker", default="in short", help="a hint that contains this (lowercase) states the rule")
+    p.add_argument("--user", default=None, help="the user the run trained on (default: from the folder name)")
+    p.add_argument("--marker", default=None, help="a hint that contains this (lowercase) states the rule "
+                   "(default: the phrase the user's hint quotes, such as 'my advice:')")
     a = p.parse_args()
-    main(a.db, a.user, a.marker)
+    from bench.learn.users import all_users
+
+    users = all_users()
+    name = a.user or next((u for u in users if f"-{u}-s" in a.db.parent.name), None)
+    if name not in users:
+        p.error(f"--user: {name!r} is not a benchmark user; pick one of {', '.join(sorted(users))}"
+                if name else f"--user: none given, and {a.db.parent.name!r} does not name a user")
+    quoted = re.search(r"'([^']+)'", users[name].hint)
+    marker = a.marker or (quoted.group(1).lower() if quoted else None)
+    if not marker:
+        p.error(f"--marker: {name}'s hint quotes no phrase; say what marks a hint that states the rule")
+    main(a.db, name, marker)

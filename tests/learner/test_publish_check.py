@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -111,3 +112,30 @@ def test_a_version_that_learned_to_loop_is_kept_but_never_served(
     db.commit()
     assert current_version_id(db) == version.id
     assert db.scalars(select(AdapterVersion.state).where(AdapterVersion.id == second.id)).one() == AdapterState.retired
+
+
+@pytest.mark.slow
+def test_a_failed_version_is_tried_at_half_its_step_until_one_passes(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
+) -> None:
+    loop = "yes yes yes yes yes yes yes yes yes yes yes yes yes yes yes yes"
+    for question in ("What is 2+2?", "Name a primary colour.", "Why is the sky blue?", "How do magnets work?"):
+        maker.add(db, question, loop, score=1)
+        maker.add(db, question, "Let me explain it simply and clearly.", score=-1)
+    db.commit()
+    config = TrainConfig.from_settings(settings, method="rl", lr=3e-3, steps_per_batch=4, batch_size=8,
+                                       publish_check=4, publish_check_tokens=24, publish_check_tries=10)
+    version = run_train_step(session_factory, settings, config=config)
+    assert version is not None
+    db.expire_all()
+    row = db.get(AdapterVersion, version.id)
+    assert row is not None and row.state == AdapterState.published and current_version_id(db) == row.id
+    verdict = row.metrics["publish_check"]
+    tries = verdict["tries"]
+    assert 1 < len(tries) < 10 and tries[0] == {"scale": 1.0, "failed": 4}  # the full step loops on all four
+    assert [t["scale"] for t in tries] == [0.5 ** k for k in range(len(tries))]
+    assert verdict["passed"] and verdict["scale"] == tries[-1]["scale"] and tries[-1]["failed"] == verdict["failed"]
+    assert not any(r["failed"] == "loops" for r in verdict["rows"])
+    # what is saved and served is the blended step: lora_B (zero in a fresh adapter) scaled down with it
+    saved = load_file(str(Path(row.path or "") / "adapter_model.safetensors"))
+    assert any(float(v.abs().max()) > 0 for k, v in saved.items() if "lora_B" in k)
