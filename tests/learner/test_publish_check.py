@@ -74,21 +74,28 @@ def test_latest_requests_open_the_latest_sessions_once_each(db: Session, maker: 
     assert [r.turn_id for r in publish_check.latest_requests(db, 2)] == [other.id, old.id]
 
 
-@pytest.mark.slow
-def test_a_version_that_learned_to_loop_is_kept_but_never_served(
-    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
-) -> None:
-    # judged +1 on a looping reply and -1 on real answers, at a rate far too high: the version loops
+def _trained_to_loop(settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker,
+                     **check: int) -> AdapterVersion:
+    """One version trained on turns judged +1 on a looping reply and -1 on real answers, at a rate far too
+    high: its replies loop. The publish check looks at four requests, 24 tokens each."""
     loop = "yes yes yes yes yes yes yes yes yes yes yes yes yes yes yes yes"
     for question in ("What is 2+2?", "Name a primary colour.", "Why is the sky blue?", "How do magnets work?"):
         maker.add(db, question, loop, score=1)
         maker.add(db, question, "Let me explain it simply and clearly.", score=-1)
     db.commit()
     config = TrainConfig.from_settings(settings, method="rl", lr=3e-3, steps_per_batch=4, batch_size=8,
-                                       publish_check=4, publish_check_tokens=24)
+                                       publish_check=4, publish_check_tokens=24, **check)
     version = run_train_step(session_factory, settings, config=config)
     assert version is not None
     db.expire_all()
+    return version
+
+
+@pytest.mark.slow
+def test_a_version_that_learned_to_loop_is_kept_but_never_served(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
+) -> None:
+    version = _trained_to_loop(settings, session_factory, db, maker)
     row = db.get(AdapterVersion, version.id)
     assert row is not None and row.state == AdapterState.rejected
     assert current_version_id(db) is None  # the base model still serves
@@ -118,16 +125,7 @@ def test_a_version_that_learned_to_loop_is_kept_but_never_served(
 def test_a_failed_version_is_tried_at_half_its_step_until_one_passes(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
 ) -> None:
-    loop = "yes yes yes yes yes yes yes yes yes yes yes yes yes yes yes yes"
-    for question in ("What is 2+2?", "Name a primary colour.", "Why is the sky blue?", "How do magnets work?"):
-        maker.add(db, question, loop, score=1)
-        maker.add(db, question, "Let me explain it simply and clearly.", score=-1)
-    db.commit()
-    config = TrainConfig.from_settings(settings, method="rl", lr=3e-3, steps_per_batch=4, batch_size=8,
-                                       publish_check=4, publish_check_tokens=24, publish_check_tries=10)
-    version = run_train_step(session_factory, settings, config=config)
-    assert version is not None
-    db.expire_all()
+    version = _trained_to_loop(settings, session_factory, db, maker, publish_check_tries=10)
     row = db.get(AdapterVersion, version.id)
     assert row is not None and row.state == AdapterState.published and current_version_id(db) == row.id
     verdict = row.metrics["publish_check"]
