@@ -20,6 +20,10 @@ review, and the next batch trains from the served version again.
 The base model is the anchor, not the parent, so small losses cannot add up version by version.
 The check reads only what the proxy logged; it never sees how a user judged a reply, so a version
 that answers well in a way users dislike passes, and the judge's scores and the rollback deal with it.
+The requests are recent training traffic, often the very turns the batch learned from, so the check
+sees what a version does on what it was taught more than how it generalises: in the learning
+benchmark it passed versions whose held-out replies failed the quality guard on half the prompts
+(docs/BENCHMARKS.md, "A check before publishing").
 """
 
 from __future__ import annotations
