@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -76,10 +75,11 @@ def latest_requests(session: Session, n: int) -> list[Request]:
     first, counting only turns served without an error. An opening turn is a request on its own; a
     later one may be a "thanks" or a complaint, whose replies are not answers to compare."""
     served = (Turn.turn_type == "main", Turn.error.is_(None), Turn.n_response_tokens > 0)
-    sessions = select(func.min(Turn.id), func.max(Turn.id)).where(*served).group_by(Turn.session_id)
+    sessions = (select(func.min(Turn.id)).where(*served).group_by(Turn.session_id)
+                .order_by(func.max(Turn.id).desc()))
     out: list[Request] = []
     seen: set[tuple[int, ...]] = set()
-    for first, _ in sorted(session.execute(sessions).tuples(), key=lambda row: row[1], reverse=True):
+    for first in session.scalars(sessions):
         if len(out) == n:
             break
         turn = session.get(Turn, first)
@@ -140,11 +140,10 @@ class Replies:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
         was_training = self.model.training
         self.model.eval()
-        try:
-            with torch.no_grad():
-                ids = rollouts.generate(self.model, [r.prompt_ids for r in requests],
-                                        [self.max_new_tokens] * len(requests), eos_ids=self.eos_ids,
-                                        pad_id=pad, temperature=0.0, device=self.device)
+        try:  # `generate` runs without gradients
+            ids = rollouts.generate(self.model, [r.prompt_ids for r in requests],
+                                    [self.max_new_tokens] * len(requests), eos_ids=self.eos_ids,
+                                    pad_id=pad, temperature=0.0, device=self.device)
         finally:
             self.model.train(was_training)
         texts = [self.tokenizer.decode([t for t in reply if t not in self.eos_ids]).strip() for reply in ids]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from learner.config import TrainConfig  # noqa: E402
-from learner.rollouts import Verdict, failed_checks, repeated  # noqa: E402
+from learner.rollouts import Verdict, failed_checks, quoted, repeated  # noqa: E402
 from scripts.rollout_probe import current_question  # noqa: E402
 
 KEYS = ("learned", "learned, meet the rule", "learned, off topic")
@@ -105,7 +104,7 @@ if __name__ == "__main__":
     p.add_argument("db", type=Path)
     p.add_argument("--user", default=None, help="the user the run trained on (default: from the folder name)")
     p.add_argument("--marker", default=None, help="a hint that contains this (lowercase) states the rule "
-                   "(default: the phrase the user's hint quotes, such as 'my advice:')")
+                   "(default: the phrase the user's hint quotes, such as 'my advice')")
     a = p.parse_args()
     from bench.learn.users import all_users
 
@@ -114,8 +113,7 @@ if __name__ == "__main__":
     if name not in users:
         p.error(f"--user: {name!r} is not a benchmark user; pick one of {', '.join(sorted(users))}"
                 if name else f"--user: none given, and {a.db.parent.name!r} does not name a user")
-    quoted = re.search(r"'([^']+)'", users[name].hint)
-    marker = a.marker or (quoted.group(1).lower() if quoted else None)
+    marker = a.marker or min(quoted(users[name].hint), default=None)
     if not marker:
         p.error(f"--marker: {name}'s hint quotes no phrase; say what marks a hint that states the rule")
     main(a.db, name, marker)

@@ -142,13 +142,17 @@ def _final_eval(run: dict[str, Any], user: str, key: str) -> float | None:
     return None
 
 
+def run_name(run: dict[str, Any]) -> str:
+    return f"{run['method']} / {run['trained_on'] or 'all users'} / seed {run['seed']}"
+
+
 def judge_table(results: dict[str, Any]) -> str:
     lines = ["| run | interactions | gold bad | judge agrees (all) | agrees (decided) | decided by |",
              "|---|---|---|---|---|---|"]
     for r in results["runs"]:
         j = r.get("judge") or {}
         src = ", ".join(f"{k} {v}" for k, v in sorted((j.get("score_source") or {}).items()))
-        name = f"{r['method']} / {r['trained_on'] or 'all users'} / seed {r['seed']}"
+        name = run_name(r)
         lines.append(f"| {name} | {j.get('n', 0)} | {_fmt(j.get('gold_bad_rate'))} | "
                      f"{_fmt(j.get('agreement'))} | {_fmt(j.get('agreement_decided'))} | {src or '—'} |")
     return "\n".join(lines)
@@ -167,7 +171,7 @@ def rollback_table(results: dict[str, Any]) -> str | None:
     """Versions the learner rolled back (learner/regression.py), with the judged means that decided it."""
     rows = []
     for r in results["runs"]:
-        name = f"{r['method']} / {r['trained_on'] or 'all users'} / seed {r['seed']}"
+        name = run_name(r)
         for rb in r.get("rolled_back") or []:
             check = rb.get("check") or {}
             mine, parent = check.get("version") or {}, check.get("parent") or {}
@@ -184,7 +188,7 @@ def rejected_table(results: dict[str, Any]) -> str | None:
     """Versions the publish check kept from serving (learner/publish_check.py)."""
     rows = []
     for r in results["runs"]:
-        name = f"{r['method']} / {r['trained_on'] or 'all users'} / seed {r['seed']}"
+        name = run_name(r)
         for rj in r.get("rejected") or []:
             rows.append(f"| {name} | v{rj['version']} | {'v' + str(rj['parent']) if rj['parent'] else 'base'} | "
                         f"{rj['failed']} of {rj['n']} | {rj['base_failed']} of {rj['n']} |")
