@@ -56,21 +56,26 @@ def _matched(db_path: Path, truths: list[Truth]) -> list[tuple[Truth, Any]]:
     return pairs
 
 
-def wait_for_judging(db_path: Path, truths: list[Truth], *, timeout_s: float) -> None:
-    """Give the worker time to judge the last block before the server stops (up to `timeout_s`)."""
+def wait_for_judging(db_path: Path, truths: list[Truth], *, timeout_s: float) -> int:
+    """Give the worker time to judge these turns (up to `timeout_s`); how many are still unjudged.
+
+    Before the server stops, so the last block is judged; and before each held-out evaluation, so
+    no judge vote shares the engine's batch with a held-out reply."""
     deadline = time.monotonic() + timeout_s
     last, still = -1, 0.0
+    judged = 0
     while time.monotonic() < deadline:
         judged = sum(row is not None and row.score is not None for _, row in _matched(db_path, truths))
         if judged >= len(truths):
-            return
+            return 0
         if judged == last:
             still += 5.0
             if still >= STALL_S:
-                return
+                break
         else:
             last, still = judged, 0.0
         time.sleep(5.0)
+    return len(truths) - judged
 
 
 def _training_now(db_path: Path) -> int:

@@ -89,7 +89,7 @@ class Plan:
         methods = METHODS if method == "all" else (method,)
         return cls(users=users, eval_users=users, methods=methods,
                    seeds=tuple(seed + i for i in range(n_seeds)), interactions=64, eval_every=8,
-                   off_interactions=16, heldout_per_user=8, max_tokens=64, temperature=DEFAULT_TEMPERATURE,
+                   off_interactions=16, heldout_per_user=0, max_tokens=64, temperature=DEFAULT_TEMPERATURE,
                    concurrency=4, version_wait_s=120.0)
 
 
@@ -149,14 +149,20 @@ def pools_for(plan: Plan, trained_on: str | None) -> list[str]:
     return [u for u in plan.eval_users if u in wanted]
 
 
+def quiet_engine(server: Server, plan: Plan, truths: list[Truth]) -> int:
+    """Wait until the judge has scored the turns so far, so its votes, which the same engine serves,
+    do not share a batch with held-out replies; how many turns were still unjudged at the timeout."""
+    return wait_for_judging(server.settings.data_dir / "learnproxy.db", truths, timeout_s=plan.version_wait_s)
+
+
 def eval_point(chat: Chat, plan: Plan, guard: QualityGuard, *, x: int, version: int | None,
-               model: str, pools: list[str]) -> dict[str, Any]:
+               model: str, pools: list[str], judge_pending: int | None = None) -> dict[str, Any]:
     users = all_users()
     started = time.monotonic()
     evals = {name: evaluate(chat, users[name], heldout(users[name], plan), guard, model=model)
              for name in pools}
     point = {"interactions": x, "version": version, "model": model, "evals": evals,
-             "eval_s": round(time.monotonic() - started, 1)}
+             "eval_s": round(time.monotonic() - started, 1), "judge_pending": judge_pending}
     print(f"   x={x:>3} v={version} " + " ".join(f"{n}={e['satisfaction']:.2f}" for n, e in evals.items()),
           flush=True)
     return point
@@ -235,11 +241,14 @@ def _train_loop(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, rec
             if model is None:
                 print(f"   x={len(truths):>3} v={version} rejected by the publish check", flush=True)
             else:
+                pending = quiet_engine(server, plan, truths)
                 record["points"].append(eval_point(chat, plan, guard, x=len(truths), version=version,
-                                                   model=model, pools=pools_for(plan, user_name)))
+                                                   model=model, pools=pools_for(plan, user_name),
+                                                   judge_pending=pending))
     if method == "off":  # greedy replies of an untouched model: this point measures the eval's noise
+        pending = quiet_engine(server, plan, truths)
         record["points"].append(eval_point(chat, plan, guard, x=len(truths), version=None, model=chat.model,
-                                           pools=list(plan.eval_users)))
+                                           pools=list(plan.eval_users), judge_pending=pending))
     record["truths"] = [asdict(t) for t in truths]
     return truths
 

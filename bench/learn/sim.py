@@ -195,9 +195,14 @@ def evaluate(chat: Chat, user: User, prompts: tuple[Prompt, ...], guard: Quality
         return chat.send([{"role": "user", "content": text}], session=f"eval-{uuid.uuid4().hex[:12]}",
                          side=True, done=True, tools_=user.tools, model=model, temperature=0.0)
 
-    # Concurrent requests let the engine batch them; grading stays in this thread.
+    # Concurrent requests let the engine batch them. Greedy replies depend on what shares the batch
+    # (a row decoded with 7 others differs from the same row decoded alone), so the prompts go in
+    # fixed chunks of one batch each, the next chunk only when the last is done: the same prompts
+    # then meet the same batch every time. Grading stays in this thread.
+    choices: list[Any] = []
     with ThreadPoolExecutor(max_workers=EVAL_CONCURRENCY) as pool:
-        choices = list(pool.map(ask, prompts))
+        for start in range(0, len(prompts), EVAL_CONCURRENCY):
+            choices += pool.map(ask, prompts[start:start + EVAL_CONCURRENCY])
     rows = [_grade_eval(user, guard, p, c) for p, c in zip(prompts, choices, strict=True)]
     n = max(len(rows), 1)
     out: dict[str, Any] = {**summarize(rows), "samples": rows[:3]}

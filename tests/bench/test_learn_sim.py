@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 from typing import Any
 
 import httpx2 as httpx
@@ -18,7 +20,7 @@ import pytest
 from openai import OpenAI
 
 from bench.learn.quality import Embedder, QualityGuard
-from bench.learn.sim import Chat, cycle, evaluate, rule_codes, text_session, tool_session
+from bench.learn.sim import EVAL_CONCURRENCY, Chat, cycle, evaluate, rule_codes, text_session, tool_session
 from bench.learn.users import THANKS, all_users
 
 
@@ -112,6 +114,39 @@ def test_evaluation_is_greedy_side_turns_graded_by_rule_and_guard(guard: Quality
     # Requests run concurrently, so which reply meets which prompt is not fixed: check the totals.
     assert out["guard_rate"] < 1.0  # the emoji reply fails the guard whatever prompt it met
     assert out["satisfaction"] <= 1 / 3 + 1e-9  # only a short relevant reply can satisfy the user
+
+
+def test_evaluation_sends_one_batch_of_prompts_at_a_time(guard: QualityGuard) -> None:
+    """Greedy replies depend on what shares the engine's batch: each prompt must meet the same batch
+    every time, so a chunk starts only once the one before it has been answered."""
+    user = all_users()["advice"]
+    prompts = user.heldout[:EVAL_CONCURRENCY + 3]
+    done: list[str] = []
+    started: list[tuple[str, int]] = []  # (prompt, replies finished when it was sent)
+    lock = threading.Lock()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        asked = body["messages"][-1]["content"]
+        with lock:
+            started.append((asked, len(done)))
+        time.sleep(0.01)  # long enough for a request of the next chunk to overtake, were it sent
+        with lock:
+            done.append(asked)
+        return httpx.Response(200, json={
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "My advice: rest."},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+    client = OpenAI(base_url="http://proxy.test/v1", api_key="x", max_retries=0,
+                    http_client=httpx.Client(transport=httpx.MockTransport(answer)))
+    out = evaluate(Chat(client, "learnproxy", max_tokens=48, temperature=0.8), user, prompts, guard,
+                   model="learnproxy")
+    assert out["n"] == len(prompts)
+    first = {p.text for p in prompts[:EVAL_CONCURRENCY]}
+    assert {asked for asked, _ in started[:EVAL_CONCURRENCY]} == first
+    assert all(finished == EVAL_CONCURRENCY for _, finished in started[EVAL_CONCURRENCY:])
 
 
 def test_a_reply_cut_off_at_the_token_limit_is_too_long() -> None:
