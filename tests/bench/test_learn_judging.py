@@ -1,4 +1,5 @@
-"""The benchmark's waits on the run's feedback DB, read-only, as the runner does after the last session."""
+"""The benchmark's waits on the run's feedback DB, read-only: for the judge before each held-out evaluation
+and after the last session, and for training at the end."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from bench.learn.judging import rejected_versions, served_and_rolled_back, wait_for_training
+from bench.learn.judging import rejected_versions, served_and_rolled_back, wait_for_judging, wait_for_training
+from bench.learn.sim import Truth
 from core import pointer
-from core.models import AdapterState, AdapterVersion
+from core.models import AdapterState, AdapterVersion, ChatSession, Turn
 from core.settings import Settings
 
 
@@ -76,3 +78,33 @@ def test_reads_the_versions_the_publish_check_rejected(db: Session, settings: Se
     db.commit()
     rejected = rejected_versions(_db_path(settings))
     assert [(r["parent"], r["failed"], r["base_failed"], r["n"]) for r in rejected] == [(None, 3, 1, 8)]
+
+
+def _turns(db: Session, scores: list[int | None]) -> list[Truth]:
+    db.add(ChatSession(id="sim-1", source="header"))
+    for i, score in enumerate(scores):
+        db.add(Turn(session_id="sim-1", turn_index=i, request_id=f"r{i}", model="learnproxy", message_refs=[],
+                    response_text=f"reply {i}", score=score))
+    db.commit()
+    return [Truth("sim-1", i, "advice", False, "advice", f"reply {i}") for i in range(len(scores))]
+
+
+def test_judging_wait_says_how_many_turns_are_still_unjudged(db: Session, settings: Settings) -> None:
+    truths = _turns(db, [-1, None])
+    started = time.monotonic()
+    assert wait_for_judging(_db_path(settings), truths, timeout_s=1.0) == 1
+    assert time.monotonic() - started >= 1.0
+
+
+def test_judging_wait_returns_once_every_turn_is_scored(db: Session, settings: Settings) -> None:
+    truths = _turns(db, [-1, None])
+
+    def judge() -> None:
+        time.sleep(1.0)
+        db.query(Turn).filter_by(turn_index=1).update({"score": 1})
+        db.commit()
+
+    judger = threading.Thread(target=judge)
+    judger.start()
+    assert wait_for_judging(_db_path(settings), truths, timeout_s=30.0) == 0
+    judger.join()
