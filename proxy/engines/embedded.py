@@ -16,6 +16,11 @@ Logprobs: each token's logprob is `log_softmax` of the UNSCALED logits (temperat
 at the sampled id. That is pi_behavior as the learner's importance ratio needs it, whatever
 temperature the client asked for.
 
+Greedy (temperature 0) replies are reproducible for the same batch, not across batches: a row
+decoded beside others (wider, left-padded tensors) rounds differently from the same row decoded
+alone, and the differences flip near-tied tokens (12 held-out prompts, 8 at a time against one at a
+time: 8 of 12 replies differed, while repeated runs of either way matched themselves).
+
 Only full-attention decoder models are supported (Llama, Qwen2/3, Mistral without sliding window):
 the KV merge edits `DynamicLayer` key/value tensors of shape [batch, heads, seq, head_dim] in place.
 """
