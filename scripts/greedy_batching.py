@@ -33,7 +33,7 @@ from openai import OpenAI  # noqa: E402
 
 from bench.learn.quality import QualityGuard  # noqa: E402
 from bench.learn.server import Server, child_settings  # noqa: E402
-from bench.learn.sim import EVAL_CONCURRENCY, Chat, evaluate  # noqa: E402
+from bench.learn.sim import EVAL_CONCURRENCY, Chat, eval_chunks, evaluate  # noqa: E402
 from bench.learn.users import Prompt, User, all_users  # noqa: E402
 from core.settings import Settings  # noqa: E402
 
@@ -57,10 +57,7 @@ class Recording(Chat):
 
 def reversed_chunks(prompts: tuple[Prompt, ...]) -> tuple[Prompt, ...]:
     """The same chunks as `evaluate` makes, each in reverse order."""
-    out: list[Prompt] = []
-    for start in range(0, len(prompts), EVAL_CONCURRENCY):
-        out += reversed(prompts[start:start + EVAL_CONCURRENCY])
-    return tuple(out)
+    return tuple(p for chunk in eval_chunks(prompts) for p in reversed(chunk))
 
 
 def ways(chat: Recording, guard: QualityGuard, user: User) -> list[tuple[str, Callable[[], None]]]:

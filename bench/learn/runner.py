@@ -152,7 +152,7 @@ def pools_for(plan: Plan, trained_on: str | None) -> list[str]:
 def quiet_engine(server: Server, plan: Plan, truths: list[Truth]) -> int:
     """Wait until the judge has scored the turns so far, so its votes, which the same engine serves,
     do not share a batch with held-out replies; how many turns were still unjudged at the timeout."""
-    return wait_for_judging(server.settings.data_dir / "learnproxy.db", truths, timeout_s=plan.version_wait_s)
+    return wait_for_judging(server.db_path, truths, timeout_s=plan.version_wait_s)
 
 
 def eval_point(chat: Chat, plan: Plan, guard: QualityGuard, *, x: int, version: int | None,
@@ -201,7 +201,7 @@ def run_one(settings: Settings, plan: Plan, guard: QualityGuard, shared: dict[st
             record["points"].append(shared["baseline"])
             truths = _train_loop(chat, plan, guard, server, record, method=method, user_name=user_name,
                                  seed=seed)
-            db_path = data_dir / "learnproxy.db"
+            db_path = server.db_path
             wait_for_judging(db_path, truths, timeout_s=plan.version_wait_s)
             if method != "off":  # the last full batches finish training after the last session
                 wait_for_training(db_path, timeout_s=plan.version_wait_s)
@@ -256,7 +256,7 @@ def _train_loop(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, rec
 def next_version(server: Server, newer_than: int, timeout_s: float) -> tuple[int, str | None] | None:
     """The newest version above `newer_than` that is served, with its model name, else the newest one the
     publish check rejected (name None); waits up to `timeout_s`, None if neither came."""
-    db_path = server.settings.data_dir / "learnproxy.db"
+    db_path = server.db_path
     deadline = time.monotonic() + timeout_s
     while True:
         served = server.wait_for_version(newer_than, 0.0)

@@ -65,6 +65,11 @@ class Server:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.settings.port}"
 
+    @property
+    def db_path(self) -> Path:
+        """The server's SQLite feedback DB, which the benchmark reads read-only."""
+        return self.settings.data_dir / "learnproxy.db"
+
     def __enter__(self) -> Server:
         from cli.serve import settings_env
 

@@ -187,6 +187,11 @@ def with_hint(prompt: str, hint: str) -> str:
     return f"{prompt}\n\n[user's hint / instruction]\n{hint}"
 
 
+def eval_chunks(prompts: tuple[Prompt, ...]) -> list[tuple[Prompt, ...]]:
+    """The held-out prompts in the groups `evaluate` sends together, one engine batch each."""
+    return [prompts[start:start + EVAL_CONCURRENCY] for start in range(0, len(prompts), EVAL_CONCURRENCY)]
+
+
 def evaluate(chat: Chat, user: User, prompts: tuple[Prompt, ...], guard: QualityGuard, *, model: str,
              hinted: bool = False) -> dict[str, Any]:
     """Greedy side-turn replies to the held-out prompts, graded by the user's rule behind the guard."""
@@ -201,8 +206,8 @@ def evaluate(chat: Chat, user: User, prompts: tuple[Prompt, ...], guard: Quality
     # then meet the same batch every time. Grading stays in this thread.
     choices: list[Any] = []
     with ThreadPoolExecutor(max_workers=EVAL_CONCURRENCY) as pool:
-        for start in range(0, len(prompts), EVAL_CONCURRENCY):
-            choices += pool.map(ask, prompts[start:start + EVAL_CONCURRENCY])
+        for chunk in eval_chunks(prompts):
+            choices += pool.map(ask, chunk)
     rows = [_grade_eval(user, guard, p, c) for p, c in zip(prompts, choices, strict=True)]
     n = max(len(rows), 1)
     out: dict[str, Any] = {**summarize(rows), "samples": rows[:3]}

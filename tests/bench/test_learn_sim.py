@@ -125,24 +125,19 @@ def test_evaluation_sends_one_batch_of_prompts_at_a_time(guard: QualityGuard) ->
     started: list[tuple[str, int]] = []  # (prompt, replies finished when it was sent)
     lock = threading.Lock()
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        asked = body["messages"][-1]["content"]
-        with lock:
-            started.append((asked, len(done)))
-        time.sleep(0.01)  # long enough for a request of the next chunk to overtake, were it sent
-        with lock:
-            done.append(asked)
-        return httpx.Response(200, json={
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "My advice: rest."},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+    class Timed(FakeServer):
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            asked = json.loads(request.content)["messages"][-1]["content"]
+            with lock:
+                started.append((asked, len(done)))
+            time.sleep(0.01)  # long enough for a request of the next chunk to overtake, were it sent
+            response = super().__call__(request)
+            with lock:
+                done.append(asked)
+            return response
 
-    client = OpenAI(base_url="http://proxy.test/v1", api_key="x", max_retries=0,
-                    http_client=httpx.Client(transport=httpx.MockTransport(answer)))
-    out = evaluate(Chat(client, "learnproxy", max_tokens=48, temperature=0.8), user, prompts, guard,
-                   model="learnproxy")
+    fake = Timed([{"content": "My advice: rest."}] * len(prompts))
+    out = evaluate(chat_for(fake), user, prompts, guard, model="learnproxy")
     assert out["n"] == len(prompts)
     first = {p.text for p in prompts[:EVAL_CONCURRENCY]}
     assert {asked for asked, _ in started[:EVAL_CONCURRENCY]} == first
