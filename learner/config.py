@@ -160,6 +160,10 @@ class TrainConfig:
         "checked against the base model's (learner/publish_check.py): too short, looping, or off the request. "
         "A version that fails on more than publish_check_slack requests beyond the base is kept as rejected "
         "and never served. 0: publish every version.")
+    publish_check_canary: int = _f(
+        0, "Everyday requests from learner/canary_prompts.txt (16 there) added to the publish check, asked in "
+        "the setting of the latest conversation. The latest requests are what the batch trained on; these "
+        "never are, so they show what a version does to requests it has not seen. 0: none.")
     publish_check_tokens: int = _f(64, "Token budget of each publish-check reply.")
     publish_check_tries: int = _f(
         1, "Checks per version: after a failed one, the LoRA weights are set half as far from the served "
@@ -178,6 +182,11 @@ class TrainConfig:
     logprob_chunk: int = _f(1024, "Response positions per chunk of lm_head + log_softmax.")
     seed: int = _f(0, "Torch seed for LoRA init.")
     lock_stale_s: float = _f(3600.0, "A `training` version row older than this is a dead run's lock.")
+
+    @property
+    def checks_before_publish(self) -> bool:
+        """Whether a new version is checked before it is served (learner/publish_check.py)."""
+        return self.publish_check > 0 or self.publish_check_canary > 0
 
     def __post_init__(self) -> None:
         problems = []
@@ -226,10 +235,10 @@ class TrainConfig:
                             "several times: set rollouts=1 or a temperature above 0")
         if self.rollback_margin is not None and not 0 <= self.rollback_margin < 2:
             problems.append(f"rollback_margin={self.rollback_margin}: mean scores lie in [-1, 1], set it in [0, 2)")
-        if self.publish_check < 0 or self.publish_check_slack < 0 or min(self.publish_check_tokens,
-                                                                           self.publish_check_tries) < 1:
-            problems.append("publish_check and publish_check_slack must be >= 0, publish_check_tokens and "
-                            "publish_check_tries >= 1")
+        counts = (self.publish_check, self.publish_check_canary, self.publish_check_slack)
+        if min(counts) < 0 or min(self.publish_check_tokens, self.publish_check_tries) < 1:
+            problems.append("publish_check, publish_check_canary and publish_check_slack must be >= 0, "
+                            "publish_check_tokens and publish_check_tries >= 1")
         if not 0 <= self.publish_check_drop <= 2 or not 0 <= self.publish_check_max_repeat <= 1:
             problems.append("publish_check_drop is a similarity gap: set it in [0, 2]; "
                             "publish_check_max_repeat is a share: set it in [0, 1]")

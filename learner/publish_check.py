@@ -17,6 +17,13 @@ the first that passes is published: a batch that overshoots still moves the serv
 If none passes, the version is kept as `rejected`: never served, its files and verdict kept for
 review, and the next batch trains from the served version again.
 
+With `publish_check_canary` above 0 the check also puts that many of the everyday requests in
+`canary_prompts.txt` to the version, asked in the setting of the latest conversation (its system
+messages and tools). The latest requests are what the batch has just trained on; the canary requests
+were never trained on, so they show what a version does to requests it has not seen: the learning
+benchmark found versions that passed on the first and looped or answered with stock lines on held-out
+prompts. Each counts like any other request against the base model's failures plus the slack.
+
 The base model is the anchor, not the parent, so small losses cannot add up version by version.
 The check reads only what the proxy logged; it never sees how a user judged a reply, so a version
 that answers well in a way users dislike passes, and the judge's scores and the rollback deal with it.
@@ -28,7 +35,9 @@ benchmark it passed versions whose held-out replies failed the quality guard on 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
@@ -37,16 +46,18 @@ from sqlalchemy.orm import Session
 from core.models import Turn
 from core.turns import view_of
 from learner import rollouts
-from learner.samples import opening_request
+from learner.samples import asking_prompt_ids, opening_request
 
 MIN_WORDS = 4
+CANARY_FILE = Path(__file__).with_name("canary_prompts.txt")
 
 
 @dataclass(frozen=True)
 class Request:
-    turn_id: int
+    turn_id: int | None  # None for a canary request, which no user sent
     prompt_ids: list[int]
     opening: str  # the conversation's first user message, what a reply must stay about
+    canary: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,12 +81,14 @@ class Verdict:
         return asdict(self)
 
 
+SERVED = (Turn.turn_type == "main", Turn.error.is_(None), Turn.n_response_tokens > 0)
+
+
 def latest_requests(session: Session, n: int) -> list[Request]:
     """Up to `n` distinct prompts: the opening main turn of each of the latest sessions, newest session
     first, counting only turns served without an error. An opening turn is a request on its own; a
     later one may be a "thanks" or a complaint, whose replies are not answers to compare."""
-    served = (Turn.turn_type == "main", Turn.error.is_(None), Turn.n_response_tokens > 0)
-    sessions = (select(func.min(Turn.id)).where(*served).group_by(Turn.session_id)
+    sessions = (select(func.min(Turn.id)).where(*SERVED).group_by(Turn.session_id)
                 .order_by(func.max(Turn.id).desc()))
     out: list[Request] = []
     seen: set[tuple[int, ...]] = set()
@@ -91,6 +104,21 @@ def latest_requests(session: Session, n: int) -> list[Request]:
     return out
 
 
+def canary_prompts(n: int, path: Path = CANARY_FILE) -> list[str]:
+    """The first `n` requests of the canary file (all of them when it holds fewer)."""
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line and not line.startswith("#")][:n]
+
+
+def canary_requests(session: Session, tokenizer: Any, prompts: list[str]) -> list[Request]:
+    """`prompts` as requests in the setting of the latest served conversation: its system messages and
+    tools, then the prompt as the only user message (no setting at all before the first turn)."""
+    newest = session.scalars(select(Turn).where(*SERVED).order_by(Turn.id.desc()).limit(1)).first()
+    view = view_of(session, newest, with_tokens=False) if newest is not None else None
+    messages, tools = (view.messages, view.tools) if view is not None else ([], None)
+    return [Request(None, asking_prompt_ids(tokenizer, messages, tools, p), p, canary=True) for p in prompts]
+
+
 def failure(reply: Reply, base: Reply, *, max_repeat: float, drop: float) -> str | None:
     """Why `reply` fails against the base model's reply to the same request; None when it passes."""
     if len(rollouts.words(reply.text)) < MIN_WORDS:
@@ -102,17 +130,23 @@ def failure(reply: Reply, base: Reply, *, max_repeat: float, drop: float) -> str
     return None
 
 
-def decide(new: list[Reply], base: list[Reply], *, max_repeat: float, drop: float, slack: int) -> Verdict:
+def decide(new: list[Reply], base: list[Reply], *, max_repeat: float, drop: float, slack: int,
+           requests: Sequence[Request] = ()) -> Verdict:
     """Pass unless the new replies fail on more than `slack` requests beyond the base model's failures.
-    A base reply is held to the loop and length tests only: it is the relevance anchor."""
+    A base reply is held to the loop and length tests only: it is the relevance anchor. With
+    `requests` given, each row also says what was asked and whether it was a canary request."""
     rows, failed, base_failed = [], 0, 0
-    for mine, anchor in zip(new, base, strict=True):
+    asked: list[Request | None] = list(requests) or [None] * len(new)
+    for mine, anchor, request in zip(new, base, asked, strict=True):
         why = failure(mine, anchor, max_repeat=max_repeat, drop=drop)
         base_why = failure(anchor, anchor, max_repeat=max_repeat, drop=drop)
         failed += why is not None
         base_failed += base_why is not None
-        rows.append({"reply": mine.text, "base_reply": anchor.text, "failed": why, "base_failed": base_why,
-                     "relevance": mine.relevance, "base_relevance": anchor.relevance, "repeated": mine.repeated})
+        row = {"reply": mine.text, "base_reply": anchor.text, "failed": why, "base_failed": base_why,
+               "relevance": mine.relevance, "base_relevance": anchor.relevance, "repeated": mine.repeated}
+        if request is not None:
+            row |= {"request": request.opening, "canary": request.canary}
+        rows.append(row)
     return Verdict(failed <= base_failed + slack, failed, base_failed, slack, rows)
 
 

@@ -4,9 +4,9 @@ With `rollback_margin` set, a step first rolls the served version back if the ju
 worse than its parent's (learner/regression.py). A version whose parent was rolled back while it
 trained is saved but not published: it learned from the weights that did worse. With
 `publish_check` set, a version whose greedy replies to recent requests fail where the base
-model's do not is tried again at half its step from the served version (`publish_check_tries`
-times in all), and if none passes it is saved as `rejected` and never published
-(learner/publish_check.py).
+model's do not (or, with `publish_check_canary`, whose replies to everyday requests never trained on
+fail) is tried again at half its step from the served version (`publish_check_tries` times in all),
+and if none passes it is saved as `rejected` and never published (learner/publish_check.py).
 
 `run_train_step` is the plain function behind the Celery task and `learnproxy train --once`; the
 tests call it directly.
@@ -107,7 +107,7 @@ def _train(
         add_standing(session, config, collected.samples)
         if config.rollout_replay:
             replay = replay_rollouts(session, config.rollout_replay)
-    before = learner.adapter_state() if config.publish_check and config.publish_check_tries > 1 else None
+    before = learner.adapter_state() if config.checks_before_publish and config.publish_check_tries > 1 else None
     result = learner.train_batch(collected.samples, progress, replay=replay)
     verdict = _check(factory, learner, config, before)
     path = settings.adapters_dir / row.name
@@ -141,10 +141,12 @@ def _check(factory: sessionmaker[Session], learner: Learner, config: TrainConfig
     """The publish check on the weights just trained; when they fail and `publish_check_tries` allows,
     again on weights half as far from `before` (the served version's), and so on. The weights left in
     memory, and saved, are the last ones checked."""
-    if not config.publish_check:
+    if not config.checks_before_publish:
         return None
     with factory() as session:
         requests = publish_check.latest_requests(session, config.publish_check)
+        canary = publish_check.canary_prompts(config.publish_check_canary)
+        requests += publish_check.canary_requests(session, learner.tokenizer, canary)
     if not requests:
         return None
     after = learner.adapter_state() if before is not None else None

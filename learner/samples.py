@@ -280,8 +280,15 @@ def neutral_prompt_ids(tokenizer: Any, sample: Sample) -> list[int]:
     """Token ids of the sample's prompt with the conversation taken out: its system messages and
     tools, then one neutral request (`NEUTRAL_REQUEST`), ending with the assistant generation prompt.
     What the student writes here is what it writes whatever it is asked."""
-    messages = [_hermes(m) for m in sample.messages if m.get("role") in ("system", "developer")]
-    return _prompt_ids(tokenizer, [*messages, {"role": "user", "content": NEUTRAL_REQUEST}], sample.tools)
+    return asking_prompt_ids(tokenizer, sample.messages, sample.tools, NEUTRAL_REQUEST)
+
+
+def asking_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                      request: str) -> list[int]:
+    """Token ids of a conversation's system messages and tools, then `request` as its only user
+    message, ending with the assistant generation prompt."""
+    kept = [_hermes(m) for m in messages if m.get("role") in ("system", "developer")]
+    return _prompt_ids(tokenizer, [*kept, {"role": "user", "content": request}], tools)
 
 
 def teacher_prompt_ids(tokenizer: Any, sample: Sample) -> list[int]:

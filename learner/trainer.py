@@ -348,7 +348,7 @@ class Learner:
                 eos_ids=eos_token_ids(self.model, self.tokenizer), max_new_tokens=cfg.publish_check_tokens)
         new, base = self._replies.of_adapter(requests), self._replies.of_base(requests)
         return publish_check.decide(new, base, max_repeat=cfg.publish_check_max_repeat,
-                                    drop=cfg.publish_check_drop, slack=cfg.publish_check_slack)
+                                    drop=cfg.publish_check_drop, slack=cfg.publish_check_slack, requests=requests)
 
     def _sentence_embedder(self) -> Any:
         if self._embedder is None:

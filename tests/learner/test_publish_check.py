@@ -74,6 +74,39 @@ def test_latest_requests_open_the_latest_sessions_once_each(db: Session, maker: 
     assert [r.turn_id for r in publish_check.latest_requests(db, 2)] == [other.id, old.id]
 
 
+def test_canary_prompts_are_read_from_the_shipped_file_and_none_is_a_benchmark_prompt(tmp_path: Path) -> None:
+    shipped = publish_check.canary_prompts(100)
+    assert len(shipped) == 16 and len(set(shipped)) == 16 and all(p.endswith("?") for p in shipped)
+    assert publish_check.canary_prompts(3) == shipped[:3]
+    # the check must not see the learning benchmark's prompts, held-out ones above all
+    pools = Path(__file__).resolve().parents[2] / "bench" / "learn" / "data"
+    rows = [json.loads(line) for f in pools.glob("*.jsonl") for line in f.open()]
+    asked = {(row.get("prompt") or row["question"]).lower() for row in rows}
+    assert len(asked) > 100 and not {p.lower() for p in shipped} & asked
+    mine = tmp_path / "canary.txt"
+    mine.write_text("# a comment\n\nHow do I tie a bowline?\n  Why is ice slippery?  \n")
+    assert publish_check.canary_prompts(5, mine) == ["How do I tie a bowline?", "Why is ice slippery?"]
+
+
+def test_canary_requests_are_asked_in_the_setting_of_the_latest_conversation(db: Session, maker: TurnMaker) -> None:
+    bare = publish_check.canary_requests(db, maker.tokenizer, ["Why is ice slippery?"])  # nothing served yet
+    assert bare == [publish_check.Request(None, maker.prompt_ids([{"role": "user", "content": "Why is ice slippery?"}]),
+                                          "Why is ice slippery?", canary=True)]
+    maker.add(db, "What is 2+2?", "4.", messages=[{"role": "system", "content": "You are terse."},
+                                                  {"role": "user", "content": "What is 2+2?"}])
+    pirate = [{"role": "system", "content": "Talk like a pirate."}, {"role": "user", "content": "Hi!"},
+              {"role": "assistant", "content": "Ahoy!"}, {"role": "user", "content": "Where is the map?"}]
+    maker.add(db, "Where is the map?", "In the chest.", messages=pirate)
+    db.commit()
+    requests = publish_check.canary_requests(db, maker.tokenizer, ["Why is ice slippery?", "How do I tie a bowline?"])
+    # the newest conversation's system message, then the canary request alone: none of its turns
+    assert [r.prompt_ids for r in requests] == [
+        maker.prompt_ids([pirate[0], {"role": "user", "content": q}])
+        for q in ("Why is ice slippery?", "How do I tie a bowline?")]
+    assert [(r.turn_id, r.opening, r.canary) for r in requests] == [
+        (None, "Why is ice slippery?", True), (None, "How do I tie a bowline?", True)]
+
+
 def _trained_to_loop(settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker,
                      **check: int) -> AdapterVersion:
     """One version trained on turns judged +1 on a looping reply and -1 on real answers, at a rate far too
@@ -84,7 +117,7 @@ def _trained_to_loop(settings: Settings, session_factory: sessionmaker[Session],
         maker.add(db, question, "Let me explain it simply and clearly.", score=-1)
     db.commit()
     config = TrainConfig.from_settings(settings, method="rl", lr=3e-3, steps_per_batch=4, batch_size=8,
-                                       publish_check=4, publish_check_tokens=24, **check)
+                                       publish_check_tokens=24, **{"publish_check": 4, **check})
     version = run_train_step(session_factory, settings, config=config)
     assert version is not None
     db.expire_all()
@@ -103,6 +136,7 @@ def test_a_version_that_learned_to_loop_is_kept_but_never_served(
     assert not verdict["passed"] and verdict["failed"] > verdict["base_failed"]
     assert len(verdict["rows"]) == 4 and [r["failed"] for r in verdict["rows"]] == ["loops"] * 4
     assert len({r["base_reply"] for r in verdict["rows"]}) == 4  # four distinct requests
+    assert not any(r["canary"] for r in verdict["rows"])
     assert json.loads((Path(row.path or "") / "metrics.json").read_text())["publish_check"] == verdict
 
     # the next version trains from what is served (the base model), not from the rejected weights
@@ -125,15 +159,21 @@ def test_a_version_that_learned_to_loop_is_kept_but_never_served(
 def test_a_failed_version_is_tried_at_half_its_step_until_one_passes(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
 ) -> None:
-    version = _trained_to_loop(settings, session_factory, db, maker, publish_check_tries=10)
+    # checked on four canary requests alone: everyday questions the batch never trained on
+    version = _trained_to_loop(settings, session_factory, db, maker, publish_check=0, publish_check_canary=4,
+                               publish_check_tries=10)
     row = db.get(AdapterVersion, version.id)
     assert row is not None and row.state == AdapterState.published and current_version_id(db) == row.id
     verdict = row.metrics["publish_check"]
+    assert [r["request"] for r in verdict["rows"]] == publish_check.canary_prompts(4)
+    assert all(r["canary"] for r in verdict["rows"])
     tries = verdict["tries"]
     assert 1 < len(tries) < 10 and tries[0] == {"scale": 1.0, "failed": 4}  # the full step loops on all four
     assert [t["scale"] for t in tries] == [0.5 ** k for k in range(len(tries))]
     assert verdict["passed"] and verdict["scale"] == tries[-1]["scale"] and tries[-1]["failed"] == verdict["failed"]
-    assert not any(r["failed"] == "loops" for r in verdict["rows"])
+    # the passing step loops no more often than the base model does at 24 tokens (it loops on some of them)
+    loops = [sum(r[key] == "loops" for r in verdict["rows"]) for key in ("failed", "base_failed")]
+    assert loops[0] <= loops[1] < 4
     # what is saved and served is the blended step: lora_B (zero in a fresh adapter) scaled down with it
     saved = load_file(str(Path(row.path or "") / "adapter_model.safetensors"))
     assert any(float(v.abs().max()) > 0 for k, v in saved.items() if "lora_B" in k)

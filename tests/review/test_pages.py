@@ -108,13 +108,18 @@ def test_a_rejected_version_shows_its_publish_check_and_can_be_promoted(client: 
                                                                      db: Session) -> None:
     rows = [{"reply": "You're a helpful AI, designed to help.", "base_reply": "Boil it for eight minutes.",
              "failed": "off_topic", "base_failed": None, "relevance": 0.11, "base_relevance": 0.71,
-             "repeated": 0.0}]
+             "repeated": 0.0, "request": "How do I boil an egg?", "canary": False},
+            {"reply": "Shine a torch at it.", "base_reply": "Oil the hinge.", "failed": None, "base_failed": None,
+             "relevance": 0.52, "base_relevance": 0.6, "repeated": 0.0, "request": "How do I stop a squeaky door "
+             "hinge?", "canary": True}]
     check = {"passed": False, "failed": 1, "base_failed": 0, "slack": 0, "rows": rows}
     rejected = make_adapter_version(db, state=AdapterState.rejected, metrics={"loss": 0.3, "publish_check": check})
     db.commit()
     login(client)
     page = client.get("/review/adapters")
-    assert "rejected: its replies failed 1 of 1 recent requests, the base model's 0 (slack 0)" in page.text
+    assert ("rejected: its replies failed 1 of 2 requests (1 of them canary requests), the base model's 0 "
+            "(slack 0)") in page.text
+    assert "How do I stop a squeaky door hinge? <span class=\"chip\">canary</span>" in page.text
     assert "You&#39;re a helpful AI, designed to help." in page.text and "0.11 (0.71)" in page.text
     assert "loss = 0.3" in page.text and "publish_check =" not in page.text
     promoted = client.post(f"/review/adapters/{rejected.id}/promote")  # a person overrules the check
