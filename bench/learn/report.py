@@ -226,7 +226,7 @@ def render(results: dict[str, Any], img_dir: str = "img") -> str:
         out += ["#### Versions rolled back (the judge scored their turns below their parent's)", "", rollbacks, ""]
     rejected = rejected_table(results)
     if rejected:
-        out += ["#### Versions never served (their replies to recent requests failed the publish check)", "",
+        out += ["#### Versions never served (their replies to recent or canary requests failed the publish check)", "",
                 rejected, ""]
     out += ["#### Hinted-teacher compliance (the ceiling of hint distillation)", "",
             hinted_table(results), "",
