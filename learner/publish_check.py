@@ -23,10 +23,11 @@ messages and tools). The latest requests are what the batch has just trained on;
 were never trained on, so they show what a version does to requests it has not seen: the learning
 benchmark found versions that passed on the first and looped or answered with stock lines on held-out
 prompts. Each counts like any other request against the base model's failures plus the slack.
-In that benchmark 16 canary requests with slack 1 refused 6 versions whose held-out replies were
-as sound as the base's and passed 2 that were not (docs/BENCHMARKS.md, "A canary check"): a
-version's failures are sparse, a few requests that tip into a loop, and 16 requests see them by
-chance. More requests, or a slack set from the base model's own spread, would be needed to rely on it.
+In that benchmark 16 canary requests with slack 1 refused 10 of the 12 versions whose held-out
+replies fell under the quality bar, and also 6 of the 11 that held up (docs/BENCHMARKS.md, "A
+canary check"): a version's failures are sparse, a few requests that tip into a loop, and 16
+requests see them partly by chance. More requests, or a slack set from the base model's own
+spread, would be needed to rely on it.
 
 The base model is the anchor, not the parent, so small losses cannot add up version by version.
 The check reads only what the proxy logged; it never sees how a user judged a reply, so a version
