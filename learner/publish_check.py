@@ -93,6 +93,8 @@ def latest_requests(session: Session, n: int) -> list[Request]:
     """Up to `n` distinct prompts: the opening main turn of each of the latest sessions, newest session
     first, counting only turns served without an error. An opening turn is a request on its own; a
     later one may be a "thanks" or a complaint, whose replies are not answers to compare."""
+    if n <= 0:
+        return []
     sessions = (select(func.min(Turn.id)).where(*SERVED).group_by(Turn.session_id)
                 .order_by(func.max(Turn.id).desc()))
     out: list[Request] = []
@@ -118,6 +120,8 @@ def canary_prompts(n: int, path: Path = CANARY_FILE) -> list[str]:
 def canary_requests(session: Session, tokenizer: Any, prompts: list[str]) -> list[Request]:
     """`prompts` as requests in the setting of the latest served conversation: its system messages and
     tools, then the prompt as the only user message (no setting at all before the first turn)."""
+    if not prompts:
+        return []
     newest = session.scalars(select(Turn).where(*SERVED).order_by(Turn.id.desc()).limit(1)).first()
     view = view_of(session, newest, with_tokens=False) if newest is not None else None
     messages, tools = (view.messages, view.tools) if view is not None else ([], None)
