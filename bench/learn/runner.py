@@ -149,20 +149,24 @@ def pools_for(plan: Plan, trained_on: str | None) -> list[str]:
     return [u for u in plan.eval_users if u in wanted]
 
 
-def quiet_engine(server: Server, plan: Plan, truths: list[Truth]) -> int:
+def quiet_engine(db_path: Path, plan: Plan, truths: list[Truth]) -> dict[str, Any]:
     """Wait until the judge has scored the turns so far, so its votes, which the same engine serves,
-    do not share a batch with held-out replies; how many turns were still unjudged at the timeout."""
-    return wait_for_judging(server.db_path, truths, timeout_s=plan.version_wait_s)
+    do not share a batch with held-out replies: how many turns were still unjudged at the timeout
+    (`judge_pending`) and how long the wait took (`judge_wait_s`), for the point's record."""
+    started = time.monotonic()
+    pending = wait_for_judging(db_path, truths, timeout_s=plan.version_wait_s)
+    return {"judge_pending": pending, "judge_wait_s": round(time.monotonic() - started, 1)}
 
 
 def eval_point(chat: Chat, plan: Plan, guard: QualityGuard, *, x: int, version: int | None,
-               model: str, pools: list[str], judge_pending: int | None = None) -> dict[str, Any]:
+               model: str, pools: list[str], quiet: dict[str, Any] | None = None) -> dict[str, Any]:
     users = all_users()
     started = time.monotonic()
     evals = {name: evaluate(chat, users[name], heldout(users[name], plan), guard, model=model)
              for name in pools}
     point = {"interactions": x, "version": version, "model": model, "evals": evals,
-             "eval_s": round(time.monotonic() - started, 1), "judge_pending": judge_pending}
+             "eval_s": round(time.monotonic() - started, 1),
+             **(quiet or {"judge_pending": None, "judge_wait_s": None})}
     print(f"   x={x:>3} v={version} " + " ".join(f"{n}={e['satisfaction']:.2f}" for n, e in evals.items()),
           flush=True)
     return point
@@ -202,11 +206,11 @@ def run_one(settings: Settings, plan: Plan, guard: QualityGuard, shared: dict[st
             truths = _train_loop(chat, plan, guard, server, record, method=method, user_name=user_name,
                                  seed=seed)
             db_path = server.db_path
-            wait_for_judging(db_path, truths, timeout_s=plan.version_wait_s)
+            quiet = quiet_engine(db_path, plan, truths)
             if method != "off":  # the last full batches finish training after the last session
                 wait_for_training(db_path, timeout_s=plan.version_wait_s)
                 _served_last(chat, plan, guard, server, record, db_path, x=len(truths),
-                             pools=pools_for(plan, user_name))
+                             pools=pools_for(plan, user_name), quiet=quiet)
     except Exception as exc:  # one failed run must not lose the others; the error goes in the results
         record["error"] = f"{type(exc).__name__}: {exc}"
         print(f"   failed: {record['error']}", flush=True)
@@ -241,14 +245,13 @@ def _train_loop(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, rec
             if model is None:
                 print(f"   x={len(truths):>3} v={version} rejected by the publish check", flush=True)
             else:
-                pending = quiet_engine(server, plan, truths)
+                quiet = quiet_engine(server.db_path, plan, truths)
                 record["points"].append(eval_point(chat, plan, guard, x=len(truths), version=version,
-                                                   model=model, pools=pools_for(plan, user_name),
-                                                   judge_pending=pending))
+                                                   model=model, pools=pools_for(plan, user_name), quiet=quiet))
     if method == "off":  # greedy replies of an untouched model: this point measures the eval's noise
-        pending = quiet_engine(server, plan, truths)
+        quiet = quiet_engine(server.db_path, plan, truths)
         record["points"].append(eval_point(chat, plan, guard, x=len(truths), version=None, model=chat.model,
-                                           pools=list(plan.eval_users), judge_pending=pending))
+                                           pools=list(plan.eval_users), quiet=quiet))
     record["truths"] = [asdict(t) for t in truths]
     return truths
 
@@ -271,7 +274,7 @@ def next_version(server: Server, newer_than: int, timeout_s: float) -> tuple[int
 
 
 def _served_last(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, record: dict[str, Any],
-                 db_path: Path, *, x: int, pools: list[str]) -> None:
+                 db_path: Path, *, x: int, pools: list[str], quiet: dict[str, Any]) -> None:
     """Make the run's last point the version served at the end, if not evaluated last: usually the
     newest, trained after the last session; after a rollback (learner/regression.py) an earlier one."""
     served, record["rolled_back"] = served_and_rolled_back(db_path)
@@ -280,7 +283,8 @@ def _served_last(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, re
         return
     model = server.version_models().get(served) if served is not None else server.settings.model
     if model is not None:  # a served version is always loaded; None only if the server went away
-        record["points"].append(eval_point(chat, plan, guard, x=x, version=served, model=model, pools=pools))
+        record["points"].append(eval_point(chat, plan, guard, x=x, version=served, model=model, pools=pools,
+                                           quiet=quiet))
 
 
 def runs_for(plan: Plan) -> list[tuple[str, str | None, int]]:

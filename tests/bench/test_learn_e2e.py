@@ -38,6 +38,8 @@ def test_tiny_quick_run_end_to_end(tmp_path: Path, model_path: str) -> None:
     assert judge["decided"] >= 1, judge  # the judge scored at least one training turn
     assert len(combined["points"]) >= 2, "no adapter version was served after the training turns"
     assert combined["points"][-1]["version"] is not None
+    for point in [*combined["points"][1:], *runs["off"]["points"][1:]]:  # each waited for the judge first
+        assert isinstance(point["judge_pending"], int) and point["judge_wait_s"] >= 0, point
     assert (out / "img" / "learn_quick_seed0_student.png").stat().st_size > 5000
     assert "### " in (out / "learn_results" / "learn_quick_seed0.md").read_text()
     # --keep leaves each run's data folder, DB included, for inspection
