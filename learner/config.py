@@ -59,6 +59,14 @@ class TrainConfig:
         "'My advice:' above the unhinted model (up to +4.3 nats; +1.02 mean where a trigram repeats), and the "
         "loop's mean advantage was +1.79 against +0.42 for a good reply (scripts/opd_copy_bias.py), so a student "
         "that starts to loop on the phrase is taught to loop. 0: off.")
+    opd_complaints: bool = _f(
+        True, "Also distill (token or topk) from hints that only say what was wrong (the user's complaint, "
+        "hint source `correction`, with no standing instruction). Told 'That doesn't answer my question at "
+        "all.', the 135M base teacher answers with apologies and talk about the question ('I'm sorry for any "
+        "misunderstanding', 'The question is asking for', 'You're a helpful AI assistant named SmolLM'), and "
+        "distillation raises those tokens where the student samples them: a bottomline run's last version "
+        "opened replies with 'I'm sorry for your loss' and 'In this case, the user asked about'. Off: such "
+        "turns keep their judge score for RL and get no distillation.")
     opd_mode: Literal["token", "topk"] = _f("token", "token: teacher-student on sampled tokens; topk: KL.")
     top_k: int = _f(16, "Teacher tokens kept per position in topk mode (the rest form a tail bucket).")
     topk_direction: Literal["reverse", "forward"] = _f(

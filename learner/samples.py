@@ -56,6 +56,11 @@ class Sample:
         return bool(self.hint)
 
     @property
+    def says_what_to_do(self) -> bool:
+        """The hint asks for something (or standing instructions do), not only that a reply was wrong."""
+        return self.hint_source != "correction" or bool(self.standing)
+
+    @property
     def teacher_hint(self) -> str:
         """What the hinted teacher is shown: the standing instructions, then the turn's own hint."""
         return with_standing(self.hint or "", self.standing)

@@ -74,7 +74,7 @@ class BatchTargets:
     advantage: torch.Tensor  # per-token surrogate advantage [n]
     rl_adv: torch.Tensor  # its RL part [n]
     opd_adv: torch.Tensor  # its token-OPD part [n] (zero in topk mode)
-    opd_mask: torch.Tensor  # positions of hinted samples [n] (bool)
+    opd_mask: torch.Tensor  # positions of the samples distilled from their hint [n] (bool)
     teacher_ids: torch.Tensor | None = None  # topk mode: [n, K]
     teacher_lps: torch.Tensor | None = None  # topk mode: [n, K]
     rollouts: Packed | None = None  # teacher-written replies after the student's (unhinted) prompts
@@ -188,14 +188,16 @@ class Learner:
         per_token = [torch.full((len(s.response_ids),), float(s.score - baseline if s.is_rl else 0.0))
                      for s in samples]
         rl_adv = cfg.w_rl * torch.cat(per_token).to(self.device)
-        opd_mask = torch.cat([torch.full((len(s.response_ids),), s.is_opd) for s in samples]).to(self.device)
+        hinted = [i for i, s in enumerate(samples) if s.is_opd]
+        distilled = {i for i in hinted if cfg.opd_complaints or samples[i].says_what_to_do}
+        opd_mask = torch.cat([torch.full((len(s.response_ids),), i in distilled)
+                              for i, s in enumerate(samples)]).to(self.device)
         opd_adv = torch.zeros_like(rl_adv)
         out = BatchTargets(packed, _tensor(samples, self.device), ref, rl_adv, rl_adv, opd_adv, opd_mask)
-        hinted = [i for i, s in enumerate(samples) if s.is_opd]
-        if hinted:
-            self._teacher(samples, hinted, student, out)
-            if cfg.rollouts:
-                self._rollouts(samples, hinted, out)
+        if distilled:
+            self._teacher(samples, sorted(distilled), student, out)
+        if hinted and cfg.rollouts:
+            self._rollouts(samples, hinted, out)
         out.advantage = out.rl_adv + out.opd_adv
         return out
 
@@ -229,7 +231,7 @@ class Learner:
         """Let the hinted teacher answer each hinted prompt itself; keep the replies worth learning."""
         cfg = self.config
         if not cfg.rollout_complaints:  # a bare complaint mostly gets said back by a small teacher
-            hinted = [i for i in hinted if samples[i].hint_source != "correction" or samples[i].standing]
+            hinted = [i for i in hinted if samples[i].says_what_to_do]
             if not hinted:
                 return
         budget = {i: min(cfg.rollout_max_tokens, samples[i].max_new_tokens or cfg.rollout_max_tokens) for i in hinted}
@@ -425,6 +427,7 @@ def _summaries(samples: list[Sample], t: BatchTargets) -> list[dict[str, Any]]:
     """What each turn contributed, stored on `Turn.advantage`."""
     rl = t.packed.split(t.rl_adv.cpu())
     opd = t.packed.split(t.opd_adv.cpu())
+    distilled = [bool(m.any()) for m in t.packed.split(t.opd_mask.cpu())]
     rollout_tokens = [0] * len(samples)
     if t.rollouts is not None:
         for i, n in zip(t.rollout_turns, t.rollouts.lengths, strict=True):
@@ -433,10 +436,10 @@ def _summaries(samples: list[Sample], t: BatchTargets) -> list[dict[str, Any]]:
     for i, note in t.rollout_notes:
         notes[i].append(note)
     out = []
-    for s, r, o, n, written in zip(samples, rl, opd, rollout_tokens, notes, strict=True):
+    for s, r, o, d, n, written in zip(samples, rl, opd, distilled, rollout_tokens, notes, strict=True):
         row = {"rl": round(float(r.mean()), 4), "opd": round(float(o.mean()), 4), "n_tokens": len(s.response_ids),
                "score": s.score, "hinted": s.is_opd, "source": s.source, "hint_source": s.hint_source,
-               "rollout_tokens": n}
+               "distilled": d, "rollout_tokens": n}
         if s.standing:
             row["standing"] = list(s.standing)
         if written:  # what the hinted teacher wrote, so a reviewer sees what the student was (not) taught

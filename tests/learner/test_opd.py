@@ -221,10 +221,39 @@ def test_with_rollout_complaints_off_a_bare_complaint_gets_no_rollout_but_still_
     db.expire_all()
     for turn in db.scalars(select(Turn).order_by(Turn.id)):
         assert turn.advantage["hint_source"] == turn.hint_source
+        assert turn.advantage["distilled"] is True  # opd_complaints is on by default
         if turn.hint_source == "correction":
             assert "rollouts" not in turn.advantage and turn.advantage["rollout_tokens"] == 0
         else:
             assert len(turn.advantage["rollouts"]) == 1 and turn.advantage["rollout_tokens"] > 0
+
+
+@pytest.mark.parametrize("opd_mode", ["token", "topk"])
+def test_with_opd_complaints_off_a_bare_complaint_keeps_its_score_and_is_not_distilled(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, opd_mode: str
+) -> None:
+    for k, (user, reply, hint) in enumerate(HINTED):  # complaints judged -1, instructions +1: baseline 0
+        complaint = k % 2 == 1
+        maker.add(db, user, reply, score=-1 if complaint else 1, hint=hint,
+                  hint_source="correction" if complaint else "instruction")
+    db.commit()
+    config = TrainConfig.from_settings(
+        settings, method="combined", steps_per_batch=1, batch_size=len(HINTED), opd_mode=opd_mode,
+        opd_complaints=False)
+    version = run_train_step(session_factory, settings, config=config)
+    assert version is not None
+    db.expire_all()
+    notes: dict[str | None, list[dict[str, Any]]] = {"correction": [], "instruction": []}
+    for turn in db.scalars(select(Turn).order_by(Turn.id)):
+        notes[turn.hint_source].append(turn.advantage)
+    assert len(notes["correction"]) == len(notes["instruction"]) == 2
+    for note in notes["correction"]:
+        assert note["distilled"] is False and note["opd"] == 0.0
+        assert note["rl"] < 0  # the judge's -1 still teaches
+    for note in notes["instruction"]:
+        assert note["distilled"] is True and note["rl"] > 0
+        if opd_mode == "token":  # topk mode's loss is a KL, not an advantage on the sampled tokens
+            assert note["opd"] != 0.0
 
 
 def test_a_bare_complaint_with_a_standing_instruction_gets_a_rollout_written_to_both(
