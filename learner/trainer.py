@@ -9,7 +9,8 @@ The method (one batch):
   - Teacher rollouts (`rollouts` > 0): the hinted teacher also writes its own reply to each hinted
     prompt, and the student learns it with the hint removed (sequence-level distillation, see
     `learner.rollouts`). This reaches behaviour the student never samples. With
-    `rollout_complaints` off, hints that only complain (no instruction) get no rollout. With
+    `rollout_complaints` off, hints that only complain (no instruction) get no rollout; with
+    `opd_complaints` off, no token or top-K distillation either (their judge score still counts). With
     `rollout_replay`, the most recently learned rollouts (token ids kept in their turns' advantage
     notes) are learned again with each later batch.
   - Loss: token-level clipped surrogate with ratio pi_theta / pi_behavior, pi_behavior being the
