@@ -190,13 +190,13 @@ class Learner:
                      for s in samples]
         rl_adv = cfg.w_rl * torch.cat(per_token).to(self.device)
         hinted = [i for i, s in enumerate(samples) if s.is_opd]
-        distilled = {i for i in hinted if cfg.opd_complaints or samples[i].says_what_to_do}
+        distilled = [i for i in hinted if cfg.opd_complaints or samples[i].says_what_to_do]
         opd_mask = torch.cat([torch.full((len(s.response_ids),), i in distilled)
                               for i, s in enumerate(samples)]).to(self.device)
         opd_adv = torch.zeros_like(rl_adv)
         out = BatchTargets(packed, _tensor(samples, self.device), ref, rl_adv, rl_adv, opd_adv, opd_mask)
         if distilled:
-            self._teacher(samples, sorted(distilled), student, out)
+            self._teacher(samples, distilled, student, out)
         if hinted and cfg.rollouts:
             self._rollouts(samples, hinted, out)
         out.advantage = out.rl_adv + out.opd_adv

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from core.modelload import load_model, load_tokenizer, resolve_model_path  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from learner.config import TrainConfig  # noqa: E402
+from learner.logprobs import pack, token_stats  # noqa: E402
 from learner.samples import Sample, teacher_prompt_ids, to_sample  # noqa: E402
 
 OPENING_TOKENS = 14
@@ -50,10 +51,9 @@ def main(db: Path) -> None:
     path = resolve_model_path(settings.model, settings.models_dir)
     tokenizer, model = load_tokenizer(path), load_model(path, device="cpu", dtype="float32").eval()
 
-    def logprobs(prompt: list[int], reply: list[int]) -> torch.Tensor:
+    def logprobs(prompt: list[int], reply: list[int]) -> torch.Tensor:  # as the learner scores them
         with torch.no_grad():
-            logits = model(torch.tensor([prompt + reply])).logits[0, len(prompt) - 1:-1]
-        return torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(reply)[:, None])[:, 0]
+            return token_stats(model, pack([prompt], [reply], "cpu")).logprobs
 
     openings: dict[str | None, list[tuple[str, str]]] = defaultdict(list)
     raised: dict[str | None, Counter[str]] = defaultdict(Counter)
