@@ -11,6 +11,16 @@ should/need to/must…" or "I want/need…". A short instruction that points bac
 keeps the sentence before it, which names what "it" is; so does one of any length whose object is
 "them", "these", "those" or "each one" ("Put each one on its own line."): a plural points at things
 the sentence before named. A correction with no instruction sentence is kept whole.
+
+An imperative that only asks for an answer to what was asked ("Answer my question.", "Stay on
+topic.", "Respond to what I asked.") says the reply was off the point and nothing about what the
+right one holds, so it reads as a complaint, not an instruction. The small teacher answers it as it
+answers bare complaints: in the learning benchmark's six runs with opd_complaints off, the 33
+rollouts written for a user's "…, answer the actual question." said the hint back (12), opened
+"You're a helpful AI, I'm here to help with any question…" (8), apologised "as a chatbot", or talked
+about the question; the screen kept one. Read as an instruction, such a turn was still distilled
+token by token, and one run's last version answered "I'm a helpful AI, and I'm here to help you
+with your baking journey." (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -42,6 +52,13 @@ _PLURAL_OBJECT = re.compile(r"^\W*(?:(?:please|just|now|then|so|and)\s+)*[a-z']+
 _WORD = re.compile(r"[a-z']+")
 _CLAUSES = re.compile(r"\s*[,;:–—]\s+|\s+-\s+")  # commas, semicolons, colons and dashes between clauses
 SHORT_WORDS = 4  # "Leave it out." or "Cut that bit." points back; "Keep it under 25 words." does not
+# A demand for an answer to what was asked, and no more: a verb of answering or staying on the question,
+# then only words that point at the question. "Answer in French." and "Reply with the total." say more.
+RELEVANCE_VERBS = frozenset(("answer", "respond", "reply", "focus", "stick", "stay"))
+RELEVANCE_WORDS = frozenset((
+    "to", "on", "back", "the", "my", "what", "i", "you", "asked", "asking", "actual", "actually", "real",
+    "original", "question", "questions", "topic", "subject", "it", "me", "that", "this", "instead", "was",
+))
 
 
 def is_instruction(sentence: str) -> bool:
@@ -59,7 +76,12 @@ def _instructs(clause: str) -> bool:
         words = words[1:]
     if words[:2] == ["do", "not"] or words[:1] == ["don't"]:
         return True
-    return bool(words) and words[0] in VERBS
+    return bool(words) and words[0] in VERBS and not asks_only_for_an_answer(words)
+
+
+def asks_only_for_an_answer(words: list[str]) -> bool:
+    """An imperative clause (its words, softeners off) that asks only that the question be answered."""
+    return words[0] in RELEVANCE_VERBS and all(w in RELEVANCE_WORDS for w in words[1:])
 
 
 def has_instruction(text: str) -> bool:

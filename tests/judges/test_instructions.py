@@ -33,12 +33,24 @@ COMPLAINTS = [
     "Sorry, I still see the same error; nothing changed.", "If anything, it got worse - much worse.",
 ]
 
+# Asking only for an answer to what was asked names nothing the right reply holds (see the module).
+ANSWER_ONLY = [
+    "Answer my question.", "Please just answer the question I asked.", "Stay on topic.",
+    "Respond to what I asked.", "Focus on my question instead.", "Stick to the original question.",
+    "Answer it.", "That's beside the point, just answer what I asked.",
+]
+# The same verbs with something the reply must hold stay instructions.
+ANSWER_WITH_CONTENT = [
+    "Answer in French.", "Answer the question in one line.", "Reply with the total only.",
+    "Respond as a list.", "Focus on the error message.", "Stick to metric units.", "Reply in the tone of my email.",
+]
+
 
 def test_the_tables_are_not_the_simulators_phrasings() -> None:
     simulated = {c for group in users.CORRECTIONS.values() for c in group}
     simulated |= {*users.BOTTOM_LINE, *users.TOOL_FAILED, *users.TOOL_MISSING, *users.BRIEF_TOO_LONG,
                   *users.TEACHER_TOO_LONG, *users.STEPS, *users.STEPS_TOO_LONG}
-    written = INSTRUCTIONS + COMPLAINTS
+    written = INSTRUCTIONS + COMPLAINTS + ANSWER_ONLY + ANSWER_WITH_CONTENT
     assert not any(s in c for s in written for c in simulated)
 
 
@@ -89,6 +101,18 @@ def test_a_dropped_sentence_goes_where_it_stands_not_where_its_words_first_occur
     parts = sentences(text)
     assert without_sentences(text, parts, [p == "Try again." for p in parts]) == "Do not say Try again.\nThen stop."
     assert without_sentences(text, parts, [True, False, False]) == "Try again.\nThen stop."
+
+
+@pytest.mark.parametrize("sentence", ANSWER_ONLY)
+def test_asking_only_for_an_answer_is_a_complaint(sentence: str) -> None:
+    assert not is_instruction(sentence)
+    assert instructions(f"Way off. {sentence}") == f"Way off. {sentence}"  # no instruction: kept whole
+
+
+@pytest.mark.parametrize("sentence", ANSWER_WITH_CONTENT)
+def test_answering_verbs_with_content_are_instructions(sentence: str) -> None:
+    assert is_instruction(sentence)
+    assert instructions(f"Way off. {sentence}") == sentence
 
 
 def test_a_bare_complaint_has_no_instruction() -> None:
