@@ -14,7 +14,10 @@ the sentence before named. A correction with no instruction sentence is kept who
 
 An imperative that only asks for an answer to what was asked ("Answer my question.", "Stay on
 topic.", "Respond to what I asked.") says the reply was off the point and nothing about what the
-right one holds, so it reads as a complaint, not an instruction. The small teacher answers it as it
+right one holds, so it reads as a complaint, not an instruction; one with a pronoun ("Focus on
+that.") or a colon ("Stick to what I asked: the total.") still points at what it wants. Only the
+imperative form is read so: "You need to answer my question." and "Don't change the subject." still
+count as instructions. The small teacher answers it as it
 answers bare complaints: in the learning benchmark's six runs with opd_complaints off, the 33
 rollouts written for a user's "…, answer the actual question." said the hint back (12), opened
 "You're a helpful AI, I'm here to help with any question…" (8), apologised "as a chatbot", or talked
@@ -53,21 +56,26 @@ _WORD = re.compile(r"[a-z']+")
 _CLAUSES = re.compile(r"\s*[,;:–—]\s+|\s+-\s+")  # commas, semicolons, colons and dashes between clauses
 SHORT_WORDS = 4  # "Leave it out." or "Cut that bit." points back; "Keep it under 25 words." does not
 # A demand for an answer to what was asked, and no more: a verb of answering or staying on the question,
-# then only words that point at the question. "Answer in French." and "Reply with the total." say more.
+# then only words that name the question or soften the demand. "Answer in French." says more, and so do
+# pronouns ("Focus on that." points at something the sentence before named) and plurals ("Answer my
+# questions." after "I asked about two things.").
 RELEVANCE_VERBS = frozenset(("answer", "respond", "reply", "focus", "stick", "stay"))
 RELEVANCE_WORDS = frozenset((
-    "to", "on", "back", "the", "my", "what", "i", "you", "asked", "asking", "actual", "actually", "real",
-    "original", "question", "questions", "topic", "subject", "it", "me", "that", "this", "instead", "was",
+    "to", "on", "back", "the", "my", "what", "i", "i'm", "asked", "asking", "said", "actual", "actually",
+    "real", "original", "question", "topic", "subject", "point", "track", "focused", "instead",
+    "please", "just", "now", "already", "directly", "properly",
 ))
 
 
 def is_instruction(sentence: str) -> bool:
     """Whether a sentence tells the assistant what to do, in any of its clauses: a complaint often
     comes first in the same sentence ("Too long, I need it shorter.", "I'm busy, so keep it short.")."""
-    return any(_instructs(clause) for clause in _CLAUSES.split(sentence))
+    # "Stick to what I asked: the total." names what the answer holds after the colon.
+    answer_only_counts = not re.search(r":\s*\S", sentence)
+    return any(_instructs(clause, answer_only_counts) for clause in _CLAUSES.split(sentence))
 
 
-def _instructs(clause: str) -> bool:
+def _instructs(clause: str, answer_only_counts: bool = True) -> bool:
     text = clause.strip().lower().replace("’", "'")
     if _MODAL.match(text) or any(text.startswith(n) for n in NEGATIONS):
         return True
@@ -76,7 +84,7 @@ def _instructs(clause: str) -> bool:
         words = words[1:]
     if words[:2] == ["do", "not"] or words[:1] == ["don't"]:
         return True
-    return bool(words) and words[0] in VERBS and not asks_only_for_an_answer(words)
+    return bool(words) and words[0] in VERBS and not (answer_only_counts and asks_only_for_an_answer(words))
 
 
 def asks_only_for_an_answer(words: list[str]) -> bool:

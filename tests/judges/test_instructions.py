@@ -37,12 +37,14 @@ COMPLAINTS = [
 ANSWER_ONLY = [
     "Answer my question.", "Please just answer the question I asked.", "Stay on topic.",
     "Respond to what I asked.", "Focus on my question instead.", "Stick to the original question.",
-    "Answer it.", "That's beside the point, just answer what I asked.",
+    "That's beside the point, just answer what I asked.", "Answer my actual question please.",
+    "Reply to what I said.", "Stay on point.", "Answer the question, please.",
 ]
 # The same verbs with something the reply must hold stay instructions.
 ANSWER_WITH_CONTENT = [
     "Answer in French.", "Answer the question in one line.", "Reply with the total only.",
     "Respond as a list.", "Focus on the error message.", "Stick to metric units.", "Reply in the tone of my email.",
+    "Stick to what I asked: the total.",  # what the answer holds follows the colon
 ]
 
 
@@ -113,6 +115,12 @@ def test_asking_only_for_an_answer_is_a_complaint(sentence: str) -> None:
 def test_answering_verbs_with_content_are_instructions(sentence: str) -> None:
     assert is_instruction(sentence)
     assert instructions(f"Way off. {sentence}") == sentence
+
+
+def test_a_demand_to_answer_that_points_back_keeps_what_it_points_at() -> None:
+    assert instructions("You skipped the error on line 3. Focus on that.") == (
+        "You skipped the error on line 3. Focus on that.")
+    assert has_instruction("The total in euros is what I need. Answer that.")
 
 
 def test_a_bare_complaint_has_no_instruction() -> None:
