@@ -17,13 +17,13 @@ topic.", "Respond to what I asked.") says the reply was off the point and nothin
 right one holds, so it reads as a complaint, not an instruction; one with a pronoun ("Focus on
 that.") or a colon ("Stick to what I asked: the total.") still points at what it wants. Only the
 imperative form is read so: "You need to answer my question." and "Don't change the subject." still
-count as instructions. The small teacher answers it as it
-answers bare complaints: in the learning benchmark's six runs with opd_complaints off, the 33
-rollouts written for a user's "…, answer the actual question." said the hint back (12), opened
-"You're a helpful AI, I'm here to help with any question…" (8), apologised "as a chatbot", or talked
-about the question; the screen kept one. Read as an instruction, such a turn was still distilled
-token by token, and one run's last version answered "I'm a helpful AI, and I'm here to help you
-with your baking journey." (docs/BENCHMARKS.md).
+count as instructions. The small teacher answers such a demand as it answers bare complaints: in
+the learning benchmark's six runs with opd_complaints off, the 33 rollouts written for a user's "…,
+answer the actual question." said the hint back (12), opened "You're a helpful AI, I'm here to help
+with any question…" (8), apologised "as a chatbot", or talked about the question; the screen kept
+one. Read as an instruction, such a turn was still distilled token by token, and one run's last
+version answered "I'm a helpful AI, and I'm here to help you with your baking journey."
+(docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def is_instruction(sentence: str) -> bool:
     return any(_instructs(clause, answer_only_counts) for clause in _CLAUSES.split(sentence))
 
 
-def _instructs(clause: str, answer_only_counts: bool = True) -> bool:
+def _instructs(clause: str, answer_only_counts: bool) -> bool:
     text = clause.strip().lower().replace("’", "'")
     if _MODAL.match(text) or any(text.startswith(n) for n in NEGATIONS):
         return True
