@@ -109,6 +109,13 @@ class TrainConfig:
         "Bring a dessert.'), and in an advice run where one such rollout was learned, 5 of 8 held-out replies "
         "later doubled the label. With it (and opd_no_repeat) on that seed, 1-2 rollouts per user were learned "
         "and the label was not (docs/BENCHMARKS.md), so it is off.")
+    rollout_open_as_asked: bool = _f(
+        False, "For a hint that names the phrase a reply must begin with, write the rollout after that phrase "
+        "(the hinted teacher continues 'My advice:' instead of choosing its own first words) when the student's "
+        "reply does not already open with it; the phrase is learned with the rest of the rollout. Sampled with "
+        "the user's rule in its prompt, SmolLM2-135M opened 1 of 12 held-out replies with 'My advice:' and 1 "
+        "of 12 with 'Imagine' (the learning benchmark's hinted row), so most rollouts for those users were "
+        "screened out or taught other openings.")
     rollout_min_relevance: float = _f(
         0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "

@@ -190,14 +190,21 @@ NEGATED = re.compile(r"\b(?:don't|dont|do not|never|stop|avoid)\b", re.I)
 LEADING_MARKS = " \t\n*_#>\"'‘“`"
 
 
+def _asked(hint: str) -> list[str]:
+    """The phrases `hint` asks a reply to begin with, as it writes them, in order."""
+    return [m.group(1) for sentence in re.split(r"(?<=[.!?])\s+", hint)
+            for m in ASKED_OPENING.finditer(sentence) if not NEGATED.search(sentence[:m.start()])]
+
+
 def asked_openings(hint: str) -> set[str]:
     """The phrases `hint` asks a reply to begin with (see `normalized_phrase`)."""
-    out = set()
-    for sentence in re.split(r"(?<=[.!?])\s+", hint):
-        for m in ASKED_OPENING.finditer(sentence):
-            if not NEGATED.search(sentence[:m.start()]):
-                out.add(normalized_phrase(m.group(1)))
-    return out - {""}
+    return {normalized_phrase(q) for q in _asked(hint)} - {""}
+
+
+def asked_opening_text(hint: str) -> str | None:
+    """The first phrase `hint` asks a reply to begin with, as the hint writes it, its case and closing
+    punctuation kept ('My advice:', 'In short,'); None when it asks for none."""
+    return next((q.strip() for q in _asked(hint) if normalized_phrase(q)), None)
 
 
 def opens_as_asked(text: str, hint: str) -> bool | None:

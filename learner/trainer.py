@@ -240,12 +240,15 @@ class Learner:
         eos = eos_token_ids(self.model, self.tokenizer)
         if cfg.rollout_from == "divergence":
             kept_from = self._divergences(samples, hinted, set(eos))
-            hinted = [i for i in hinted if kept_from[i] < min(len(samples[i].response_ids), budget[i])]
-            if not hinted:
-                return
+        begun = {i: samples[i].response_ids[:kept_from[i]] for i in hinted}  # what each rollout continues
+        asked = self._asked_prefixes(samples, hinted) if cfg.rollout_open_as_asked else {}
+        begun |= asked
+        hinted = [i for i in hinted if i in asked or kept_from[i] < min(len(samples[i].response_ids), budget[i])]
+        if not hinted:
+            return
         order = [i for i in hinted for _ in range(cfg.rollouts)]
         teacher_prompts = [teacher_prompt_ids(self.tokenizer, samples[i]) for i in order]
-        prefixes = [samples[i].response_ids[:kept_from[i]] for i in order]
+        prefixes = [begun[i] for i in order]
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
         with _teacher_weights(self.model, cfg.teacher):
             written = rollouts.generate(self.model, [p + pre for p, pre in zip(teacher_prompts, prefixes, strict=True)],
@@ -298,7 +301,8 @@ class Learner:
                 learned = verdict.kept and (cfg.rollout_pick == "all" or n == best)
                 out.rollout_notes.append((i, {"text": texts[j], **{
                     f: round(v, 3) if isinstance(v, float) else v for f, v in asdict(verdict).items()},
-                    "learned": learned, "kept_from": own[j], **({"ids": replies[j]} if learned else {})}))
+                    "learned": learned, "kept_from": own[j], "asked_prefix": turns[j] in asked,
+                    **({"ids": replies[j]} if learned else {})}))
                 if learned:
                     kept.append(j)
         if not kept:
@@ -306,6 +310,18 @@ class Learner:
         out.rollout_teacher = torch.cat([teacher[j] for j in kept])
         out.rollout_turns = [turns[j] for j in kept]
         out.rollouts = pack([samples[turns[j]].prompt_ids for j in kept], [replies[j] for j in kept], self.device)
+
+    def _asked_prefixes(self, samples: list[Sample], hinted: list[int]) -> dict[int, list[int]]:
+        """The phrase each hinted sample's hint asks a reply to begin with, as token ids, for the samples
+        whose reply does not already open with it (`rollout_open_as_asked`)."""
+        out = {}
+        for i in hinted:
+            hint = samples[i].teacher_hint
+            phrase = rollouts.asked_opening_text(hint)
+            reply = self.tokenizer.decode(samples[i].response_ids, skip_special_tokens=True)
+            if phrase is not None and not rollouts.opens_as_asked(reply, hint):
+                out[i] = self.tokenizer.encode(phrase, add_special_tokens=False)
+        return out
 
     @torch.no_grad()
     def _divergences(self, samples: list[Sample], hinted: list[int], eos: set[int]) -> dict[int, int]:

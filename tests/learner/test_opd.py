@@ -185,6 +185,38 @@ def test_divergence_rollouts_keep_the_students_reply_up_to_where_the_hinted_teac
             assert written["text"].startswith(maker.tokenizer.decode(ids, skip_special_tokens=True))
 
 
+def test_a_rollout_for_a_hint_that_names_an_opening_is_written_after_that_opening(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    budget = 16
+    # this turn's hint asks for 'My advice:' and its reply opens otherwise; the greeting turn's reply
+    # ("Goodbye.") does not open with the 'Hello Bob' its hint asks for either; a third turn's reply
+    # already opens as asked and is continued as usual, from the start of the reply
+    user, hint = "What fruit should I eat for breakfast?", "Begin your reply with 'My advice:' and then the advice."
+    msgs = [{"role": "user", "content": user}]
+    prompt, t_prompt = maker.prompt_ids(msgs), maker.prompt_ids(teacher_messages(msgs, hint))
+    phrase = maker.tokenizer("My advice:", add_special_tokens=False)["input_ids"]
+    before = sum(maker.logprobs(prompt, phrase))
+    asked = maker.add(db, user, "Fruit is a healthy food.", score=-1, hint=hint, params={"max_new_tokens": budget})
+    opened = maker.add(db, "Say hello to Ann.", "Hello Ann, nice to meet you.", score=0,
+                       hint="Start your reply with 'Hello Ann' and add how you are.")
+    tuned = _train(settings, session_factory, db, maker, model_path, extra=2, opd_mode="token", rollouts=1,
+                   rollout_max_tokens=budget, rollout_open_as_asked=True, rollout_min_gain=-100.0,
+                   rollout_min_relevance=0.0, rollout_grounding_tokens=0, rollout_trim=False)
+    db.expire_all()
+    (note,) = asked.advantage["rollouts"]
+    written = _greedy(maker, t_prompt + phrase, budget - len(phrase))
+    assert note["asked_prefix"] and note["kept_from"] == len(phrase) and note["learned"]
+    assert note["text"] == maker.tokenizer.decode(phrase + written, skip_special_tokens=True)
+    # the phrase is learned with the rest: the unhinted student finds it likelier after training
+    assert sum(maker.logprobs(prompt, phrase, model=tuned)) > before + 1.0
+    greeting = db.scalars(select(Turn).where(Turn.id.not_in([asked.id, opened.id])).order_by(Turn.id)).all()[1]
+    (note,) = greeting.advantage["rollouts"]
+    assert note["asked_prefix"] and note["text"].startswith("Hello Bob")
+    (same,) = opened.advantage["rollouts"]
+    assert not same["asked_prefix"] and same["kept_from"] == 0
+
+
 def test_best_of_sampled_rollouts_learns_only_the_one_the_hint_made_likeliest(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:

@@ -14,6 +14,7 @@ from learner.rollouts import (
     NoRepeatInReply,
     Verdict,
     asked_opening,
+    asked_opening_text,
     asked_openings,
     divergence,
     generate,
@@ -278,6 +279,17 @@ def test_a_rollout_that_writes_the_hint_header_is_not_learned() -> None:
 ])
 def test_the_opening_a_hint_asks_for_is_read_from_its_quoted_phrase(hint: str, asked: set[str]) -> None:
     assert asked_openings(hint) == asked
+
+
+@pytest.mark.parametrize(("hint", "text"), [
+    ("You never actually told me what to do. Begin your reply with 'My advice:' and then the advice.",
+     "My advice:"),
+    ("Start with \"In short,\" and then the answer.", "In short,"),
+    ("Don't start with 'Certainly'. Begin with 'Imagine' and a picture.", "Imagine"),
+    ("Use 'celsius' for the units.", None),
+])
+def test_the_opening_a_hint_asks_for_is_written_as_the_hint_quotes_it(hint: str, text: str | None) -> None:
+    assert asked_opening_text(hint) == text
 
 
 # From an advice run: the hinted teacher's stock line passed relevance (0.73) and grounding (0.63).
