@@ -112,7 +112,8 @@ class TrainConfig:
     rollout_open_as_asked: bool = _f(
         False, "For a hint that names the phrase a reply must begin with, write the rollout after that phrase "
         "(the hinted teacher continues 'My advice:' instead of choosing its own first words) when the student's "
-        "reply does not already open with it; the phrase is learned with the rest of the rollout. Sampled with "
+        "reply does not already open with it; the phrase is learned with the rest of the rollout (its gain, "
+        "rollout_min_gain, is read on the teacher's part only). Sampled with "
         "the user's rule in its prompt, SmolLM2-135M opened 1 of 12 held-out replies with 'My advice:' and 1 "
         "of 12 with 'Imagine' (the learning benchmark's hinted row), so most rollouts for those users were "
         "screened out or taught other openings.")

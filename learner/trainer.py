@@ -243,7 +243,8 @@ class Learner:
         begun = {i: samples[i].response_ids[:kept_from[i]] for i in hinted}  # what each rollout continues
         asked = self._asked_prefixes(samples, hinted) if cfg.rollout_open_as_asked else {}
         begun |= asked
-        hinted = [i for i in hinted if i in asked or kept_from[i] < min(len(samples[i].response_ids), budget[i])]
+        hinted = [i for i in hinted if len(begun[i]) < budget[i]
+                  and (i in asked or kept_from[i] < len(samples[i].response_ids))]
         if not hinted:
             return
         order = [i for i in hinted for _ in range(cfg.rollouts)]
@@ -260,7 +261,7 @@ class Learner:
                 return
             turns = [order[k] for k in live]  # sample index of each non-empty rollout
             replies = [prefixes[k] + written[k] for k in live]
-            own = [len(prefixes[k]) for k in live]  # leading tokens the student wrote, not the teacher
+            own = [len(prefixes[k]) for k in live]  # leading tokens the teacher did not write (student's or asked)
             if cfg.rollout_trim:
                 replies = [rollouts.trim_to_sentence(reply, start=n, decode=self.tokenizer.decode, eos_ids=eos)
                            for reply, n in zip(replies, own, strict=True)]

@@ -200,7 +200,10 @@ def test_a_rollout_for_a_hint_that_names_an_opening_is_written_after_that_openin
     asked = maker.add(db, user, "Fruit is a healthy food.", score=-1, hint=hint, params={"max_new_tokens": budget})
     opened = maker.add(db, "Say hello to Ann.", "Hello Ann, nice to meet you.", score=0,
                        hint="Start your reply with 'Hello Ann' and add how you are.")
-    tuned = _train(settings, session_factory, db, maker, model_path, extra=2, opd_mode="token", rollouts=1,
+    # served with no more tokens than the phrase has, a turn leaves the teacher nothing to write: no rollout
+    tiny = maker.add(db, "What should I cook tonight?", "Pasta is nice.", score=-1, hint=hint,
+                     params={"max_new_tokens": len(phrase)})
+    tuned = _train(settings, session_factory, db, maker, model_path, extra=3, opd_mode="token", rollouts=1,
                    rollout_max_tokens=budget, rollout_open_as_asked=True, rollout_min_gain=-100.0,
                    rollout_min_relevance=0.0, rollout_grounding_tokens=0, rollout_trim=False)
     db.expire_all()
@@ -210,11 +213,12 @@ def test_a_rollout_for_a_hint_that_names_an_opening_is_written_after_that_openin
     assert note["text"] == maker.tokenizer.decode(phrase + written, skip_special_tokens=True)
     # the phrase is learned with the rest: the unhinted student finds it likelier after training
     assert sum(maker.logprobs(prompt, phrase, model=tuned)) > before + 1.0
-    greeting = db.scalars(select(Turn).where(Turn.id.not_in([asked.id, opened.id])).order_by(Turn.id)).all()[1]
+    greeting = db.scalars(select(Turn).where(Turn.response_text == "Goodbye.")).one()
     (note,) = greeting.advantage["rollouts"]
     assert note["asked_prefix"] and note["text"].startswith("Hello Bob")
     (same,) = opened.advantage["rollouts"]
     assert not same["asked_prefix"] and same["kept_from"] == 0
+    assert not tiny.advantage.get("rollouts")
 
 
 def test_best_of_sampled_rollouts_learns_only_the_one_the_hint_made_likeliest(
