@@ -236,13 +236,13 @@ class Learner:
             if not hinted:
                 return
         budget = {i: min(cfg.rollout_max_tokens, samples[i].max_new_tokens or cfg.rollout_max_tokens) for i in hinted}
-        kept_from = {i: 0 for i in hinted}  # reply tokens of the student's each rollout starts with
         eos = eos_token_ids(self.model, self.tokenizer)
-        if cfg.rollout_from == "divergence":
-            kept_from = self._divergences(samples, hinted, set(eos))
-        begun = {i: samples[i].response_ids[:kept_from[i]] for i in hinted}  # what each rollout continues
         asked = self._asked_prefixes(samples, hinted) if cfg.rollout_open_as_asked else {}
-        begun |= asked
+        kept_from = {i: 0 for i in hinted}  # reply tokens of the student's each rollout starts with
+        own_start = [i for i in hinted if i not in asked]  # an asked phrase replaces the student's start
+        if cfg.rollout_from == "divergence" and own_start:
+            kept_from |= self._divergences(samples, own_start, set(eos))
+        begun = {i: samples[i].response_ids[:kept_from[i]] for i in hinted} | asked  # what each rollout continues
         hinted = [i for i in hinted if len(begun[i]) < budget[i]
                   and (i in asked or kept_from[i] < len(samples[i].response_ids))]
         if not hinted:
