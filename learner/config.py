@@ -153,6 +153,13 @@ class TrainConfig:
         False, "Learn a rollout that ran into its token budget only up to the end of its last full sentence, "
         "then the end-of-sequence token (as cut, it teaches the student never to stop, and the budget then cuts "
         "the student off too: in an analogy run with divergence rollouts, 6 of 8 held-out replies ran out).")
+    rollout_trim_lists: bool = _f(
+        False, "With rollout_trim, the end of a rollout's last finished list item is a place to stop too: a "
+        "numbered list without full stops has no sentence end, and advice's teacher writes such lists after "
+        "'My advice:' (17 of 24 held-out replies of that run's last version ran out).")
+    rollout_drop_cut: bool = _f(
+        False, "Do not learn a rollout that ran into its token budget and could not be trimmed: learned, it "
+        "teaches the student to write past the budget, which cuts its reply off.")
     rollout_replay: int = _f(
         0, "Learned rollouts of earlier batches learned again with each batch (the N most recent, from the "
         "DB): a hint that shows the wanted reply may come once in many turns, and one pass of one "

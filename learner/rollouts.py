@@ -60,7 +60,10 @@ its gain is measured over the part the teacher wrote.
 A rollout that runs into its token budget ends mid-sentence with no stop, and learned as cut it
 teaches the student to go on wherever it could have stopped; the budget then cuts the student off as
 well (analogy's and bottomline's held-out replies in the divergence runs). With `rollout_trim`, such
-a rollout is learned up to its last full sentence and then stops (`trim_to_sentence`).
+a rollout is learned up to its last full sentence and then stops (`trim_to_sentence`); with
+`rollout_trim_lists` the end of its last finished list item counts too, since a numbered list with no
+full stops (advice's teacher writes them after "My advice:") has no sentence end to stop at. With
+`rollout_drop_cut`, a rollout still cut after that is not learned.
 """
 
 from __future__ import annotations
@@ -254,13 +257,14 @@ class Verdict:
     repeated: float = 0.0  # share of its own trigrams the rollout repeats (a loop)
     opens_as_asked: bool | None = None  # begins with the phrase the hint asks for (None: not checked)
     asked_again: bool | None = None  # says the phrase the hint asks to begin with twice (None: not checked)
+    finished: bool | None = None  # ends with the end-of-sequence token, not cut at its budget (None: not checked)
 
 
 def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
           max_copy: float, relevance: float | None = None, min_relevance: float = 0.0,
           grounding: float | None = None, min_grounding: float = 0.0, header: str = "",
           max_repeat: float = 1.0, written: str | None = None, asked_opening: bool = False,
-          asked_once: bool = False) -> Verdict:
+          asked_once: bool = False, finished: bool | None = None) -> Verdict:
     """Whether a rollout is learned: the hint made it likelier, it is no echo of the hint or the chat,
     (each when given) it is about what the user asked and its opening depends on it, it does not
     write the `header` that introduced the hint in the teacher's context, and it does not loop.
@@ -271,11 +275,11 @@ def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: f
     with ("Begin your reply with 'My advice:'") must begin with it: the teacher did not do what it was
     asked, and a fluent reply that ignores the hint ("I'm glad you asked for my advice. ...") teaches the
     student the teacher's habits, not the user's preference. With `asked_once`, such a rollout must not say
-    the phrase a second time."""
+    the phrase a second time. A rollout `finished` False (cut at its budget) is not learned."""
     verdict = Verdict(gain, share_in(hint, text), share_in(text, "\n".join(earlier)), False, relevance, grounding,
                       bool(header) and header in text, repeated(text if written is None else written),
                       opens_as_asked(text, hint) if asked_opening else None,
-                      says_asked_again(text, hint) if asked_once else None)
+                      says_asked_again(text, hint) if asked_once else None, finished)
     failed = failed_checks(verdict, min_gain=min_gain, max_echo=max_echo, max_copy=max_copy,
                            min_relevance=min_relevance, min_grounding=min_grounding, max_repeat=max_repeat)
     return replace(verdict, kept=not failed)
@@ -289,7 +293,7 @@ def failed_checks(v: Verdict, *, min_gain: float, max_echo: float, max_copy: flo
         ("relevance", v.relevance is not None and v.relevance < min_relevance),
         ("opening", v.grounding is not None and v.grounding < min_grounding), ("header", v.leaked),
         ("repeat", v.repeated > max_repeat), ("asked", v.opens_as_asked is False),
-        ("asked_again", v.asked_again is True),
+        ("asked_again", v.asked_again is True), ("cut", v.finished is False),
     ) if bad]
 
 
@@ -347,17 +351,31 @@ def scored(model: Any, prompts: list[list[int]], replies: list[list[int]], *, de
 
 
 SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
+LIST_NUMBER = re.compile(r"(?:^|\n)[ \t]*\d+[.)]$")  # a numbered item's mark with nothing after it yet
+LIST_ITEM = re.compile(r"(?:^|\n)[ \t]*(?:\d+[.)]|[-*\u2022])[ \t]+\S[^\n]*$")  # an item with text, on the last line
 
 
-def trim_to_sentence(reply: list[int], *, start: int, decode: Any, eos_ids: list[int]) -> list[int]:
+def stops_after(text: str, following: str, *, list_items: bool = False) -> bool:
+    """Whether a reply cut after `text` (then `following`, the next token's text) ends where it could
+    stop: a full sentence ("... water!"), never a numbered list's next mark ("...\n5."), and with
+    `list_items` a list item whose line is finished (the next token starts a new line)."""
+    bare = text.rstrip()
+    if SENTENCE_END.search(bare):
+        return not LIST_NUMBER.search(bare)
+    return list_items and following.startswith("\n") and LIST_ITEM.search(text) is not None
+
+
+def trim_to_sentence(reply: list[int], *, start: int, decode: Any, eos_ids: list[int],
+                     list_items: bool = False) -> list[int]:
     """A rollout cut at its token budget, up to the end of its last full sentence after `start` (the
-    tokens the student wrote), then the first of `eos_ids`; unchanged when it ended by itself or has no
-    full sentence there. Learned as cut, a rollout teaches the student to run on at every point where it could have
-    stopped, and the budget then cuts the student's reply off too."""
+    tokens the student wrote; with `list_items`, or of its last finished list item), then the first of
+    `eos_ids`; unchanged when it ended by itself or has no such end there. Learned as cut, a rollout
+    teaches the student to run on at every point where it could have stopped, and the budget then cuts
+    the student's reply off too."""
     if reply and reply[-1] in eos_ids:
         return reply
     for end in range(len(reply), start, -1):
-        if SENTENCE_END.search(decode(reply[start:end]).rstrip()):
+        if stops_after(decode(reply[start:end]), decode(reply[end:end + 1]), list_items=list_items):
             return [*reply[:end], eos_ids[0]]
     return reply
 

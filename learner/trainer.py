@@ -263,7 +263,8 @@ class Learner:
             replies = [prefixes[k] + written[k] for k in live]
             own = [len(prefixes[k]) for k in live]  # leading tokens the teacher did not write (student's or asked)
             if cfg.rollout_trim:
-                replies = [rollouts.trim_to_sentence(reply, start=n, decode=self.tokenizer.decode, eos_ids=eos)
+                replies = [rollouts.trim_to_sentence(reply, start=n, decode=self.tokenizer.decode, eos_ids=eos,
+                                                     list_items=cfg.rollout_trim_lists)
                            for reply, n in zip(replies, own, strict=True)]
             teacher = rollouts.scored(self.model, [teacher_prompts[k] for k in live], replies,
                                       device=self.device, chunk=cfg.logprob_chunk)
@@ -293,6 +294,7 @@ class Learner:
                 grounding=grounded[j], min_grounding=cfg.rollout_min_grounding, header=HINT_HEADER.strip(),
                 max_repeat=cfg.rollout_max_repeat, asked_opening=cfg.rollout_asked_opening,
                 asked_once=cfg.rollout_asked_once,
+                finished=replies[j][-1] in eos if cfg.rollout_drop_cut else None,
                 written=self.tokenizer.decode(replies[j][own[j]:], skip_special_tokens=True) if own[j] else None)
             verdicts.setdefault(i, []).append((j, verdict))
         kept: list[int] = []  # rollout positions

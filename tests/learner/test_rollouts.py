@@ -17,6 +17,7 @@ from learner.rollouts import (
     asked_opening_text,
     asked_openings,
     divergence,
+    failed_checks,
     generate,
     opening_grounding,
     pick_best,
@@ -389,6 +390,40 @@ def _decode(ids: list[int]) -> str:
 def test_a_rollout_cut_at_its_budget_is_learned_to_its_last_full_sentence(
         reply: list[int], start: int, expected: list[int]) -> None:
     assert trim_to_sentence(reply, start=start, decode=_decode, eos_ids=[11, 99]) == expected
+
+
+LIST = ["My advice:", "\n", "1.", " Save", " first", "2.", " Cut", " costs", " Spend", " less.", "<end>"]
+
+
+def _decode_list(ids: list[int]) -> str:
+    return "".join(LIST[i] for i in ids)
+
+
+@pytest.mark.parametrize(("reply", "list_items", "expected"), [
+    # "My advice:\n1. Save first\n2. Cut costs\n" cut there: the last finished item is "2. Cut costs"
+    ([0, 1, 2, 3, 4, 1, 5, 6, 7, 1], True, [0, 1, 2, 3, 4, 1, 5, 6, 7, 10]),
+    # the item the budget cut has no next line yet: trimmed to the one before it
+    ([0, 1, 2, 3, 4, 1, 5, 6, 7], True, [0, 1, 2, 3, 4, 10]),
+    # without list_items a list with no full stop is left as cut
+    ([0, 1, 2, 3, 4, 1, 5, 6, 7, 1], False, [0, 1, 2, 3, 4, 1, 5, 6, 7, 1]),
+    # a sentence inside an item still counts (the whitespace after it stays, as it always has), and a
+    # bare next number is no sentence end
+    ([0, 1, 2, 3, 8, 9, 1, 2], False, [0, 1, 2, 3, 8, 9, 1, 10]),
+    ([0, 1, 2, 3, 8, 9, 1, 2], True, [0, 1, 2, 3, 8, 9, 1, 10]),
+    # a mark with no text after it is no item
+    ([0, 1, 2, 1, 5, 6], True, [0, 1, 2, 1, 5, 6]),
+])
+def test_a_cut_list_is_trimmed_to_its_last_finished_item_and_never_to_a_bare_number(
+        reply: list[int], list_items: bool, expected: list[int]) -> None:
+    assert trim_to_sentence(reply, start=1, decode=_decode_list, eos_ids=[10], list_items=list_items) == expected
+
+
+def test_a_cut_rollout_is_not_learned_when_asked() -> None:
+    text = "My advice: save first, then"
+    assert screen(text, hint="Begin with 'My advice:'.", earlier=[], gain=1.0, **DEFAULTS).kept
+    assert screen(text, hint="Begin with 'My advice:'.", earlier=[], gain=1.0, finished=True, **DEFAULTS).kept
+    cut = screen(text, hint="Begin with 'My advice:'.", earlier=[], gain=1.0, finished=False, **DEFAULTS)
+    assert not cut.kept and failed_checks(cut, **DEFAULTS, min_relevance=0.0, min_grounding=0.0) == ["cut"]
 
 
 def test_no_repeat_bans_only_what_would_repeat_an_ngram_of_the_reply_itself() -> None:
