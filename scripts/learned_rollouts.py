@@ -82,13 +82,14 @@ def main(db: Path, user_name: str, marker: str) -> None:
     print(f"| {not_learned} | " + " | ".join(str(failed[c]) for c in CHECKS) + " |")
 
 
-CHECKS = ("gain", "echo", "copy", "relevance", "opening", "header", "repeat")
+CHECKS = ("gain", "echo", "copy", "relevance", "opening", "header", "repeat", "asked", "asked_again", "cut")
 
 
 def why_not(note: dict, config: TrainConfig) -> list[str]:
     """The screen checks a stored rollout note failed (none: it was kept but not picked)."""
     verdict = Verdict(note["gain"], note["echo"], note["copied"], note["learned"], note.get("relevance"),
-                      note.get("grounding"), bool(note.get("leaked")), repeated(note["text"]))
+                      note.get("grounding"), bool(note.get("leaked")), repeated(note["text"]),
+                      note.get("opens_as_asked"), note.get("asked_again"), note.get("finished"))
     return failed_checks(verdict, min_gain=config.rollout_min_gain, max_echo=config.rollout_max_echo,
                          max_copy=config.rollout_max_copy, min_relevance=config.rollout_min_relevance,
                          min_grounding=config.rollout_min_grounding, max_repeat=config.rollout_max_repeat)
