@@ -124,3 +124,24 @@ def test_rl_steps_raise_good_and_lower_bad_responses(
     assert good_after > good_before
     assert bad_after < bad_before
     assert [s["clip_frac"] for s in version.metrics["steps"]][0] == 0.0  # step 1: ratio is exactly 1
+
+
+def test_a_batch_with_nothing_to_learn_leaves_the_weights_as_they_were(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
+) -> None:
+    """Every score the same: under the batch-mean baseline no token has an advantage, the gradient is
+    zero, and AdamW's moments from the batch before must not move the weights on their own."""
+    config = TrainConfig.from_settings(settings, **FAST, method="rl")
+    _add_scored(db, maker)
+    first = run_train_step(session_factory, settings, config=config, reason="test")
+    assert first is not None
+    for user, reply in GOOD + BAD:
+        maker.add(db, user, reply, score=-1)
+    db.commit()
+    second = run_train_step(session_factory, settings, config=config)
+    assert second is not None and second.parent_id == first.id
+    w1 = load_file(str(Path(first.path or "") / "adapter_model.safetensors"))
+    w2 = load_file(str(Path(second.path or "") / "adapter_model.safetensors"))
+    assert any(w1[k].abs().sum() > 0 for k in w1 if "lora_B" in k)  # the first batch did learn
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert [s["grad_norm"] for s in second.metrics["steps"]] == [0.0]  # one step found nothing, the rest skipped
