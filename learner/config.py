@@ -158,8 +158,8 @@ class TrainConfig:
         "numbered list without full stops has no sentence end, and advice's teacher writes such lists after "
         "'My advice:' (17 of 24 held-out replies of that run's last version ran out).")
     rollout_drop_cut: bool = _f(
-        False, "Do not learn a rollout that ran into its token budget and could not be trimmed: learned, it "
-        "teaches the student to write past the budget, which cuts its reply off.")
+        False, "Do not learn a rollout that ran into its token budget (with rollout_trim, one that still has no "
+        "place to stop): learned, it teaches the student to write past the budget, which cuts its reply off.")
     rollout_replay: int = _f(
         0, "Learned rollouts of earlier batches learned again with each batch (the N most recent, from the "
         "DB): a hint that shows the wanted reply may come once in many turns, and one pass of one "
@@ -256,6 +256,8 @@ class TrainConfig:
         if self.rollouts > 1 and self.rollout_temperature == 0:
             problems.append(f"rollouts={self.rollouts} at rollout_temperature=0 writes one greedy reply "
                             "several times: set rollouts=1 or a temperature above 0")
+        if self.rollout_trim_lists and not self.rollout_trim:
+            problems.append("rollout_trim_lists only changes where rollout_trim cuts: set rollout_trim too")
         if self.rollback_margin is not None and not 0 <= self.rollback_margin < 2:
             problems.append(f"rollback_margin={self.rollback_margin}: mean scores lie in [-1, 1], set it in [0, 2)")
         counts = (self.publish_check, self.publish_check_canary, self.publish_check_slack)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -157,8 +158,9 @@ class Learner:
 
     def train_batch(self, samples: list[Sample], progress: Progress | None = None,
                     replay: list[tuple[list[int], list[int]]] | None = None) -> BatchResult:
-        """Run `steps_per_batch` optimizer steps on `samples` (and on the `replay` rollouts: (prompt ids,
-        rollout ids) learned in earlier batches); returns per-step metrics."""
+        """Run up to `steps_per_batch` optimizer steps on `samples` (and on the `replay` rollouts: (prompt
+        ids, rollout ids) learned in earlier batches), stopping at a step whose gradient is zero or not
+        finite (no step is taken then); returns per-step metrics."""
         cfg = self.config
         targets = self._targets(samples)
         if replay:
@@ -173,8 +175,8 @@ class Learner:
                      metrics["entropy"], metrics["grad_norm"], metrics["tokens_per_s"])
             if progress is not None:
                 progress(step + 1, cfg.steps_per_batch, metrics)
-            if metrics["grad_norm"] == 0.0:  # nothing here to learn (see _step); the next step would be the same
-                break
+            if not metrics["grad_norm"] > 0.0 or not math.isfinite(metrics["grad_norm"]):
+                break  # no step was taken (see _step), so the next one would be the same
         self.model.eval()
         return BatchResult(steps=steps, per_sample=_summaries(samples, targets))
 
@@ -412,13 +414,16 @@ class Learner:
         loss.backward()
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        if float(grad_norm) > 0.0:
+        norm = float(grad_norm)
+        if norm > 0.0 and math.isfinite(norm):
             # A batch with no signal (every RL score the same under the baseline, nothing distilled, no
-            # rollout) has a zero gradient, and an AdamW step on it still moves the weights by the moments
-            # of the batches before: four such steps go about as far as three more steps of the last batch
-            # with signal (beta1 0.9: 0.9 + 0.81 + 0.73 + 0.66), so a run of empty batches kept learning
-            # that batch's rollouts over and over.
+            # rollout; kl_coef 0, the default) has a zero gradient, and an AdamW step on it still moves
+            # the weights by the moments of the batches before: four such steps go about as far as three
+            # more steps of the last batch with signal (beta1 0.9: 0.9 + 0.81 + 0.73 + 0.66), so a run of
+            # empty batches kept learning that batch's rollouts over and over.
             self.optimizer.step()
+        elif not math.isfinite(norm):
+            log.warning("gradient norm %s: this batch's steps are skipped", norm)
         elapsed = time.perf_counter() - start
         active = t.advantage != 0
         return {

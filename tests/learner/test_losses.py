@@ -122,6 +122,8 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(rollouts=1, rollout_max_tokens=0)
     with pytest.raises(ValueError, match="set rollouts=1 or a temperature above 0"):
         TrainConfig(rollouts=2)
+    with pytest.raises(ValueError, match="set rollout_trim too"):
+        TrainConfig(rollout_trim_lists=True)
     with pytest.raises(ValueError, match="rollout_min_relevance"):
         TrainConfig(rollout_min_relevance=1.5)
     with pytest.raises(ValueError, match="rollout_grounding_tokens"):
