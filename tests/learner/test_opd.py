@@ -221,6 +221,21 @@ def test_a_rollout_for_a_hint_that_names_an_opening_is_written_after_that_openin
     assert not tiny.advantage.get("rollouts")
 
 
+def test_with_rollout_drop_cut_a_rollout_cut_at_its_budget_is_stored_but_not_learned(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    # four tokens: the teacher's greeting ends by itself ("Hello Bob."), its other answers are cut
+    _train(settings, session_factory, db, maker, model_path, opd_mode="token", rollouts=1, rollout_max_tokens=4,
+           rollout_min_gain=-100.0, rollout_drop_cut=True)
+    db.expire_all()
+    notes = [n for t in db.scalars(select(Turn)) for n in t.advantage.get("rollouts", [])]
+    assert len(notes) == len(HINTED)
+    ended = [n for n in notes if n["text"].startswith("Hello Bob")]
+    assert len(ended) == 1 and ended[0]["finished"] is True and ended[0]["learned"]
+    cut = [n for n in notes if n not in ended]
+    assert all(n["finished"] is False and not n["kept"] and not n["learned"] for n in cut)
+
+
 def test_best_of_sampled_rollouts_learns_only_the_one_the_hint_made_likeliest(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
