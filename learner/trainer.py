@@ -175,7 +175,7 @@ class Learner:
                      metrics["entropy"], metrics["grad_norm"], metrics["tokens_per_s"])
             if progress is not None:
                 progress(step + 1, cfg.steps_per_batch, metrics)
-            if not metrics["grad_norm"] > 0.0 or not math.isfinite(metrics["grad_norm"]):
+            if not _steps_on(metrics["grad_norm"]):
                 break  # no step was taken (see _step), so the next one would be the same
         self.model.eval()
         return BatchResult(steps=steps, per_sample=_summaries(samples, targets))
@@ -415,12 +415,7 @@ class Learner:
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         norm = float(grad_norm)
-        if norm > 0.0 and math.isfinite(norm):
-            # A batch with no signal (every RL score the same under the baseline, nothing distilled, no
-            # rollout; kl_coef 0, the default) has a zero gradient, and an AdamW step on it still moves
-            # the weights by the moments of the batches before: four such steps go about as far as three
-            # more steps of the last batch with signal (beta1 0.9: 0.9 + 0.81 + 0.73 + 0.66), so a run of
-            # empty batches kept learning that batch's rollouts over and over.
+        if _steps_on(norm):
             self.optimizer.step()
         elif not math.isfinite(norm):
             log.warning("gradient norm %s: this batch's steps are skipped", norm)
@@ -445,6 +440,16 @@ class Learner:
             "tokens_per_s": t.packed.input_ids.shape[1] / elapsed,
             "seconds": elapsed,
         }
+
+
+def _steps_on(grad_norm: float) -> bool:
+    """Whether an optimizer step is taken on a gradient of this norm: not on a non-finite one, nor on a
+    zero one. A batch with no signal (every RL score the same under the baseline, nothing distilled, no
+    rollout; kl_coef 0, the default) has a zero gradient, and an AdamW step on it still moves the weights
+    by the moments of the batches before: four such steps go about as far as three more steps of the
+    last batch with signal (beta1 0.9: 0.9 + 0.81 + 0.73 + 0.66), so a run of empty batches kept learning
+    that batch's rollouts over and over."""
+    return grad_norm > 0.0 and math.isfinite(grad_norm)
 
 
 def _tensor(samples: list[Sample], device: str) -> torch.Tensor:
