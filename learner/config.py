@@ -53,12 +53,14 @@ class TrainConfig:
     w_opd: float = _f(1.0, "Weight of the distillation advantage (token) or loss (topk).")
     opd_clip: float = _f(5.0, "OPD token advantage is clipped to [-c, c].")
     opd_no_repeat: int = _f(
-        0, "Token OPD: a sampled token that completes a token n-gram of this length already in its reply gets "
-        "no positive advantage (a negative one stands). The hinted teacher copies from its context: with "
-        "Begin your reply with 'My advice:' in it, the base teacher scored the tokens of a reply that repeats "
-        "'My advice:' above the unhinted model (up to +4.3 nats; +1.02 mean where a trigram repeats), and the "
-        "loop's mean advantage was +1.79 against +0.42 for a good reply (scripts/opd_copy_bias.py), so a student "
-        "that starts to loop on the phrase is taught to loop. 0: off.")
+        0, "Token OPD: a sampled token inside a token n-gram of this length that already occurred in its reply "
+        "gets no positive advantage (a negative one stands); every token of the repeat counts, the first one "
+        "included. The hinted teacher copies from its context: with Begin your reply with 'My advice:' in it, "
+        "the base teacher scored the tokens of a reply that repeats 'My advice:' above the unhinted model (up to "
+        "+4.3 nats; +1.28 mean inside a repeated trigram), and the loop's mean advantage was +1.79 against +0.42 "
+        "for a good reply (scripts/opd_copy_bias.py), so a student that starts to loop on the phrase is taught "
+        "to loop. 2 also catches the label said again as a list heading ('* **My advice:**', whose trigram "
+        "differs from the opening's) at the cost of the positives inside any repeated bigram. 0: off.")
     opd_complaints: bool = _f(
         True, "Also distill (token or topk) from hints that only say what was wrong (the user's complaint, "
         "hint source `correction`, with no standing instruction). Told 'That doesn't answer my question at "

@@ -47,12 +47,18 @@ def opd_token_advantage(teacher_logp: torch.Tensor, student_logp: torch.Tensor, 
 
 
 def repeats(ids: list[int], n: int) -> torch.Tensor:
-    """[len(ids)] bools: the token completes an n-gram of `ids` that already occurred earlier in them."""
+    """[len(ids)] bools: the token lies inside an n-gram of `ids` that already occurred earlier in them.
+
+    Every token of the repeated n-gram is marked, not only the one that completes it: in the label said
+    again ("My advice: … * **My advice:**") the hinted teacher scores the "My" that begins the second
+    saying up to +3 nats above the student, as much as the tokens after it (scripts/opd_copy_bias.py).
+    """
     seen: set[tuple[int, ...]] = set()
     out = torch.zeros(len(ids), dtype=torch.bool)
     for end in range(n, len(ids) + 1):
         gram = tuple(ids[end - n:end])
-        out[end - 1] = gram in seen
+        if gram in seen:
+            out[end - n:end] = True
         seen.add(gram)
     return out
 

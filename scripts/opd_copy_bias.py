@@ -53,7 +53,7 @@ def main() -> None:
     for name, reply, t, s in zip(REPLIES, replies, teacher, student, strict=True):
         adv = t - s
         again = repeats(reply, 3)
-        rest = f", on tokens that repeat a trigram {adv[again].mean():+.2f}" if again.any() else ""
+        rest = f", inside a repeated trigram {adv[again].mean():+.2f}" if again.any() else ""
         print(f"{name}: mean advantage {adv.mean():+.2f}{rest}")
         print("  " + " ".join(f"{tokenizer.decode([t])!r}:{a:+.1f}" for t, a in zip(reply, adv.tolist(), strict=True)))
 

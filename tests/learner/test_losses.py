@@ -66,10 +66,13 @@ def test_opd_advantage_is_clipped_difference() -> None:
     assert adv.tolist() == [1.0, -5.0, 5.0]
 
 
-def test_repeats_marks_each_token_that_completes_an_ngram_seen_before() -> None:
-    # 7 8 9 | 7 8 9 | 7: the second "7 8" is new as a trigram's start, "9" completes a repeat
-    assert repeats([7, 8, 9, 7, 8, 9, 7], 3).tolist() == [False, False, False, False, False, True, True]
-    assert repeats([7, 8, 9, 7, 8, 9, 7], 2).tolist() == [False, False, False, False, True, True, True]
+def test_repeats_marks_every_token_of_an_ngram_seen_before() -> None:
+    # 7 8 9 | 7 8 9 | 7: the second "7 8 9" is a repeat from its first token on
+    assert repeats([7, 8, 9, 7, 8, 9, 7], 3).tolist() == [False, False, False, True, True, True, True]
+    assert repeats([7, 8, 9, 7, 8, 9, 7], 2).tolist() == [False, False, False, True, True, True, True]
+    # 5 7 8 … 6 7 8: only the bigram "7 8" comes again, so "6" before it is not marked
+    assert repeats([5, 7, 8, 6, 7, 8], 2).tolist() == [False, False, False, False, True, True]
+    assert not repeats([5, 7, 8, 6, 7, 8], 3).any()
     assert not repeats([1, 2, 3, 4], 2).any() and repeats([], 3).tolist() == []
 
 
