@@ -60,7 +60,8 @@ class TrainConfig:
         "+4.3 nats; +1.28 mean inside a repeated trigram), and the loop's mean advantage was +1.79 against +0.42 "
         "for a good reply (scripts/opd_copy_bias.py), so a student that starts to loop on the phrase is taught "
         "to loop. 2 also catches the label said again as a list heading ('* **My advice:**', whose trigram "
-        "differs from the opening's) at the cost of the positives inside any repeated bigram. 0: off.")
+        "differs from the opening's) at the cost of the positives inside any repeated bigram; in the learning "
+        "benchmark 2 did not stop the doubled label and every user ended lower (docs/BENCHMARKS.md). 0: off.")
     opd_complaints: bool = _f(
         True, "Also distill (token or topk) from hints that only say what was wrong (the user's complaint, "
         "hint source `correction`, with no standing instruction). Told 'That doesn't answer my question at "
