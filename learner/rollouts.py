@@ -375,7 +375,7 @@ def trim_to_sentence(reply: list[int], *, start: int, decode: Any, eos_ids: list
     if reply and reply[-1] in eos_ids:
         return reply
     for end in range(len(reply), start, -1):
-        if stops_after(decode(reply[start:end]), decode(reply[end:end + 1]), list_items=list_items):
+        if stops_after(decode(reply[:end]), decode(reply[end:end + 1]), list_items=list_items):
             return [*reply[:end], eos_ids[0]]
     return reply
 

@@ -453,3 +453,15 @@ def test_a_rollout_written_with_no_repeat_holds_no_ngram_twice(model_path: str) 
         grams = [tuple(reply[i:i + 4]) for i in range(len(reply) - 3)]
         assert len(grams) == len(set(grams)), tokenizer.decode(reply)
         assert len(reply) > 20
+
+
+@pytest.mark.parametrize(("reply", "start", "expected"), [
+    # the student wrote "My advice:\n1." and the teacher " Save first": the item is the student's mark
+    # and the teacher's text, finished when the next token starts a line
+    ([0, 1, 2, 3, 4, 1, 6], 3, [0, 1, 2, 3, 4, 10]),
+    # and the item is still finished when the student wrote its first word too
+    ([0, 1, 2, 3, 4, 1, 6], 4, [0, 1, 2, 3, 4, 10]),
+])
+def test_where_a_list_item_begins_is_read_from_the_whole_reply_not_the_teachers_part(
+        reply: list[int], start: int, expected: list[int]) -> None:
+    assert trim_to_sentence(reply, start=start, decode=_decode_list, eos_ids=[10], list_items=True) == expected
