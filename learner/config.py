@@ -120,6 +120,12 @@ class TrainConfig:
         "the user's rule in its prompt, SmolLM2-135M opened 1 of 12 held-out replies with 'My advice:' and 1 "
         "of 12 with 'Imagine' (the learning benchmark's hinted row), so most rollouts for those users were "
         "screened out or taught other openings.")
+    rollout_asked_min_gain: float | None = _f(
+        None, "rollout_min_gain for a rollout written after the phrase the hint asks to begin with "
+        "(rollout_open_as_asked); None: rollout_min_gain. Read on the teacher's part only, such a rollout's "
+        "gain says how much the hint favours what follows the phrase, which it barely touches: in an advice run "
+        "9 of the 22 refused rollouts, all written after 'My advice:', failed the gain check alone, at gains "
+        "of -0.25 to -0.02 (docs/BENCHMARKS.md).")
     rollout_min_relevance: float = _f(
         0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "
@@ -261,6 +267,9 @@ class TrainConfig:
                             "several times: set rollouts=1 or a temperature above 0")
         if self.rollout_trim_lists and not self.rollout_trim:
             problems.append("rollout_trim_lists only changes where rollout_trim cuts: set rollout_trim too")
+        if self.rollout_asked_min_gain is not None and not self.rollout_open_as_asked:
+            problems.append("rollout_asked_min_gain screens rollouts written after an asked phrase: "
+                            "set rollout_open_as_asked too")
         if self.rollback_margin is not None and not 0 <= self.rollback_margin < 2:
             problems.append(f"rollback_margin={self.rollback_margin}: mean scores lie in [-1, 1], set it in [0, 2)")
         counts = (self.publish_check, self.publish_check_canary, self.publish_check_slack)

@@ -127,6 +127,8 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(rollouts=2)
     with pytest.raises(ValueError, match="set rollout_trim too"):
         TrainConfig(rollout_trim_lists=True)
+    with pytest.raises(ValueError, match="set rollout_open_as_asked too"):
+        TrainConfig(rollout_asked_min_gain=-0.3)
     with pytest.raises(ValueError, match="rollout_min_relevance"):
         TrainConfig(rollout_min_relevance=1.5)
     with pytest.raises(ValueError, match="rollout_grounding_tokens"):

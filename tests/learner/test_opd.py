@@ -221,6 +221,21 @@ def test_a_rollout_for_a_hint_that_names_an_opening_is_written_after_that_openin
     assert not tiny.advantage.get("rollouts")
 
 
+def test_rollout_asked_min_gain_screens_the_rollouts_written_after_an_asked_phrase_on_their_own_floor(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    # no rollout clears a gain floor of +100 nats a token, so only the asked rollouts' own floor lets any through
+    _train(settings, session_factory, db, maker, model_path, opd_mode="token", rollouts=1, rollout_max_tokens=8,
+           rollout_open_as_asked=True, rollout_min_gain=100.0, rollout_asked_min_gain=-100.0,
+           rollout_min_relevance=0.0, rollout_grounding_tokens=0)
+    db.expire_all()
+    notes = [n for t in db.scalars(select(Turn)) for n in t.advantage.get("rollouts", [])]
+    asked = [n for n in notes if n["asked_prefix"]]
+    assert len(notes) == len(HINTED) and len(asked) == 1 and asked[0]["text"].startswith("Hello Bob")
+    assert asked[0]["learned"] and asked[0]["gain"] < 100.0
+    assert not any(n["learned"] for n in notes if not n["asked_prefix"])
+
+
 def test_with_rollout_drop_cut_a_rollout_cut_at_its_budget_is_stored_but_not_learned(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
