@@ -123,10 +123,11 @@ class TrainConfig:
     rollout_asked_min_gain: float | None = _f(
         None, "rollout_min_gain for a rollout written after the phrase the hint asks to begin with "
         "(rollout_open_as_asked); None: rollout_min_gain. Read on the teacher's part only, such a rollout's "
-        "gain says how much the hint favours what follows the phrase, which it barely touches: in an advice run "
+        "gain says how much the hint favours what follows the phrase. On advice that is little: in a run "
         "9 of the 22 refused rollouts, all written after 'My advice:', failed the gain check alone, at gains "
         "of -0.25 to -0.02. At -0.3 (one seed, advice and bottomline) advice learned 15 rollouts against 6 and "
-        "read 0.83 at v4, then 0.00 at the end, every reply cut at its token limit (docs/BENCHMARKS.md).")
+        "read 0.83 at v4, then 0.00 at the end, every reply cut at its token limit. On analogy the gain still "
+        "refused pictures of the thing asked (docs/BENCHMARKS.md).")
     rollout_min_relevance: float = _f(
         0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "
