@@ -222,6 +222,12 @@ class TrainConfig:
         """Whether a new version is checked before it is served (learner/publish_check.py)."""
         return self.publish_check > 0 or self.publish_check_canary > 0
 
+    def min_gain(self, asked_prefix: bool) -> float:
+        """The gain floor of a rollout: rollout_asked_min_gain for one written after the asked phrase, if set."""
+        if asked_prefix and self.rollout_asked_min_gain is not None:
+            return self.rollout_asked_min_gain
+        return self.rollout_min_gain
+
     def __post_init__(self) -> None:
         problems = []
         if self.method not in ("rl", "opd", "combined"):

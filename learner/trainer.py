@@ -293,8 +293,7 @@ class Learner:
         for j, (i, gain) in enumerate(zip(turns, gained, strict=True)):
             verdict = rollouts.screen(
                 texts[j], hint=samples[i].teacher_hint, earlier=assistant_texts(samples[i].messages), gain=gain,
-                min_gain=cfg.rollout_asked_min_gain if turns[j] in asked and cfg.rollout_asked_min_gain is not None
-                else cfg.rollout_min_gain, max_echo=cfg.rollout_max_echo, max_copy=cfg.rollout_max_copy,
+                min_gain=cfg.min_gain(turns[j] in asked), max_echo=cfg.rollout_max_echo, max_copy=cfg.rollout_max_copy,
                 relevance=related[j], min_relevance=cfg.rollout_min_relevance,
                 grounding=grounded[j], min_grounding=cfg.rollout_min_grounding, header=HINT_HEADER.strip(),
                 max_repeat=cfg.rollout_max_repeat, asked_opening=cfg.rollout_asked_opening,

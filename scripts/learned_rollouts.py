@@ -90,10 +90,9 @@ def why_not(note: dict, config: TrainConfig) -> list[str]:
     verdict = Verdict(note["gain"], note["echo"], note["copied"], note["learned"], note.get("relevance"),
                       note.get("grounding"), bool(note.get("leaked")), repeated(note["text"]),
                       note.get("opens_as_asked"), note.get("asked_again"), note.get("finished"))
-    floor = config.rollout_asked_min_gain if note.get("asked_prefix") else None
-    return failed_checks(verdict, min_gain=config.rollout_min_gain if floor is None else floor,
-                         max_echo=config.rollout_max_echo,
-                         max_copy=config.rollout_max_copy, min_relevance=config.rollout_min_relevance,
+    return failed_checks(verdict, min_gain=config.min_gain(bool(note.get("asked_prefix"))),
+                         max_echo=config.rollout_max_echo, max_copy=config.rollout_max_copy,
+                         min_relevance=config.rollout_min_relevance,
                          min_grounding=config.rollout_min_grounding, max_repeat=config.rollout_max_repeat)
 
 
