@@ -171,6 +171,15 @@ class TrainConfig:
     rollout_drop_cut: bool = _f(
         False, "Do not learn a rollout that ran into its token budget (with rollout_trim, one that still has no "
         "place to stop): learned, it teaches the student to write past the budget, which cuts its reply off.")
+    rollout_stop_in_reply: bool = _f(
+        False, "With rollout_trim, a rollout cut at its budget may stop inside the student's part too, and a "
+        "student reply cut at its budget where the hint asks for nothing else (rollout_from divergence) is "
+        "learned up to its last place to stop, then the end-of-sequence token. The teacher's part of such a "
+        "rollout is that token alone, so its gain is the hinted teacher's stop logprob there minus the "
+        "student's. Otherwise nothing teaches a reply that runs out where to stop: token distillation has "
+        "no end-of-sequence token to score, and when a whole batch runs out its RL scores cancel against the "
+        "batch mean. In an advice run the student learned 'My advice:', then wrote lists that ran out in "
+        "every held-out reply (docs/BENCHMARKS.md).")
     rollout_replay: int = _f(
         0, "Learned rollouts of earlier batches learned again with each batch (the N most recent, from the "
         "DB): a hint that shows the wanted reply may come once in many turns, and one pass of one "
@@ -275,6 +284,9 @@ class TrainConfig:
                             "several times: set rollouts=1 or a temperature above 0")
         if self.rollout_trim_lists and not self.rollout_trim:
             problems.append("rollout_trim_lists only changes where rollout_trim cuts: set rollout_trim too")
+        if self.rollout_stop_in_reply and not (self.rollout_trim and self.rollout_from == "divergence"):
+            problems.append("rollout_stop_in_reply trims rollouts that keep the student's reply: set rollout_trim "
+                            "and rollout_from divergence too")
         if self.rollout_asked_min_gain is not None and not self.rollout_open_as_asked:
             problems.append("rollout_asked_min_gain screens rollouts written after an asked phrase: "
                             "set rollout_open_as_asked too")

@@ -247,9 +247,12 @@ class Learner:
         if cfg.rollout_from == "divergence" and own_start:
             kept_from |= self._divergences(samples, own_start, set(eos))
         begun = {i: samples[i].response_ids[:kept_from[i]] for i in hinted} | asked  # what each rollout continues
+        # a reply that ran out where the hint asks for nothing else: learned up to where it could have stopped
+        stop_only = [i for i in hinted if cfg.rollout_stop_in_reply and i not in asked and samples[i].response_ids
+                     and kept_from[i] == len(samples[i].response_ids) and samples[i].response_ids[-1] not in eos]
         hinted = [i for i in hinted if len(begun[i]) < budget[i]
                   and (i in asked or kept_from[i] < len(samples[i].response_ids))]
-        if not hinted:
+        if not hinted and not stop_only:
             return
         order = [i for i in hinted for _ in range(cfg.rollouts)]
         teacher_prompts = [teacher_prompt_ids(self.tokenizer, samples[i]) for i in order]
@@ -259,19 +262,27 @@ class Learner:
             written = rollouts.generate(self.model, [p + pre for p, pre in zip(teacher_prompts, prefixes, strict=True)],
                                         [budget[i] - len(pre) for i, pre in zip(order, prefixes, strict=True)],
                                         eos_ids=eos, pad_id=pad, temperature=cfg.rollout_temperature,
-                                        device=self.device, no_repeat=cfg.rollout_no_repeat)
+                                        device=self.device, no_repeat=cfg.rollout_no_repeat) if order else []
             live = [k for k, reply in enumerate(written) if reply]
-            if not live:
-                return
-            turns = [order[k] for k in live]  # sample index of each non-empty rollout
-            replies = [prefixes[k] + written[k] for k in live]
-            own = [len(prefixes[k]) for k in live]  # leading tokens the teacher did not write (student's or asked)
+            turns = [order[k] for k in live] + stop_only  # sample index of each rollout
+            replies = [prefixes[k] + written[k] for k in live] + [samples[i].response_ids for i in stop_only]
+            # leading tokens the teacher did not write (the student's, or the asked phrase)
+            own = [len(prefixes[k]) for k in live] + [len(samples[i].response_ids) for i in stop_only]
+            t_prompts = [teacher_prompts[k] for k in live] + [teacher_prompt_ids(self.tokenizer, samples[i])
+                                                              for i in stop_only]
             if cfg.rollout_trim:
-                replies = [rollouts.trim_to_sentence(reply, start=n, decode=self.tokenizer.decode, eos_ids=eos,
+                replies = [rollouts.trim_to_sentence(reply, start=0 if cfg.rollout_stop_in_reply else n,
+                                                     decode=self.tokenizer.decode, eos_ids=eos,
                                                      list_items=cfg.rollout_trim_lists)
                            for reply, n in zip(replies, own, strict=True)]
-            teacher = rollouts.scored(self.model, [teacher_prompts[k] for k in live], replies,
-                                      device=self.device, chunk=cfg.logprob_chunk)
+                own = [min(n, len(reply) - 1) for reply, n in zip(replies, own, strict=True)]  # a stop is the teacher's
+            # a stop-only rollout with no place to stop in it holds nothing the teacher wrote
+            useful = [j for j, reply in enumerate(replies) if j < len(live) or reply[-1] in eos]
+            turns, replies = [turns[j] for j in useful], [replies[j] for j in useful]
+            own, t_prompts = [own[j] for j in useful], [t_prompts[j] for j in useful]
+            if not turns:
+                return
+            teacher = rollouts.scored(self.model, t_prompts, replies, device=self.device, chunk=cfg.logprob_chunk)
         student = rollouts.scored(self.model, [samples[i].prompt_ids for i in turns], replies,
                                   device=self.device, chunk=cfg.logprob_chunk)
         gained = rollouts.gains([t[n:] for t, n in zip(teacher, own, strict=True)],
@@ -299,7 +310,9 @@ class Learner:
                 max_repeat=cfg.rollout_max_repeat, asked_opening=cfg.rollout_asked_opening,
                 asked_once=cfg.rollout_asked_once,
                 finished=replies[j][-1] in eos if cfg.rollout_drop_cut else None,
-                written=self.tokenizer.decode(replies[j][own[j]:], skip_special_tokens=True) if own[j] else None)
+                # the loop check reads the whole reply where the teacher wrote only the stop
+                written=(self.tokenizer.decode(replies[j][own[j]:], skip_special_tokens=True)
+                         if 0 < own[j] < len(replies[j]) - 1 else None))
             verdicts.setdefault(i, []).append((j, verdict))
         kept: list[int] = []  # rollout positions
         for i, group in verdicts.items():

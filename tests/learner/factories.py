@@ -56,11 +56,13 @@ class TurnMaker:
         served_by: int | None = None,
         messages: list[dict[str, Any]] | None = None,
         params: dict[str, Any] | None = None,
+        cut: bool = False,
     ) -> Turn:
-        """Insert one main turn (and its session) with exact tokens and logged logprobs."""
+        """Insert one main turn (and its session) with exact tokens and logged logprobs; `cut`: the
+        reply ran into its token budget (no `<|im_end|>`, finish_reason "length")."""
         messages = messages or [{"role": "user", "content": user}]
         prompt = self.prompt_ids(messages)
-        response = self.response_ids(reply)
+        response = self.response_ids(reply)[:-1] if cut else self.response_ids(reply)
         sid = f"s-{uuid.uuid4().hex[:8]}"
         session.add(ChatSession(id=sid, source="header"))
         insert_blobs(session, [json_row(m) for m in messages])
@@ -69,7 +71,7 @@ class TurnMaker:
         turn = Turn(
             session_id=sid, turn_index=0, request_id=uuid.uuid4().hex, model="learnproxy",
             adapter_version_id=served_by, message_refs=[json_row(m)["hash"] for m in messages],
-            response_text=reply, finish_reason="stop", params=params or {},
+            response_text=reply, finish_reason="length" if cut else "stop", params=params or {},
             prompt_token_refs=[c["hash"] for c in chunks], prompt_len=len(prompt),
             response_token_ids=pack_ids(response), n_response_tokens=len(response),
             response_logprobs=pack_floats(self.logprobs(prompt, response)),

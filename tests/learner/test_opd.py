@@ -221,6 +221,45 @@ def test_a_rollout_for_a_hint_that_names_an_opening_is_written_after_that_openin
     assert not tiny.advantage.get("rollouts")
 
 
+@pytest.mark.parametrize("stop_in_reply", [False, True])
+def test_with_rollout_stop_in_reply_a_reply_that_ran_out_is_learned_up_to_its_last_place_to_stop(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str,
+    stop_in_reply: bool,
+) -> None:
+    user, hint = "What should I pack for a day hike?", "Way too long. Keep it much shorter."
+    listed = "My advice:\n1. Pack water.\n2. Pack a snack.\n3. Bring a map and a"
+    unbroken = "Hiking is a great way to spend a day outdoors and you will want to bring"
+    msgs = [{"role": "user", "content": user}]
+    prompt, t_prompt = maker.prompt_ids(msgs), maker.prompt_ids(teacher_messages(msgs, hint))
+    stop = maker.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    served = maker.response_ids(listed)[:-1]
+    # the reply's own tokens through its last finished sentence, and the whitespace after it (as every trim keeps)
+    end = max(k for k in range(len(served)) if maker.tokenizer.decode(served[:k]).rstrip().endswith("snack."))
+    trimmed = [*served[:end], stop]
+    stop_before = maker.logprobs(prompt, trimmed)[-1]
+    # both ran into their budget; the huge margin means the hint asks for nothing else at any token
+    ran_out = maker.add(db, user, listed, score=-1, hint=hint, cut=True,
+                        params={"max_new_tokens": len(served)})
+    no_stop = maker.add(db, user, unbroken, score=-1, hint=hint, cut=True,
+                        params={"max_new_tokens": len(maker.response_ids(unbroken)) - 1})
+    tuned = _train(settings, session_factory, db, maker, model_path, extra=2, opd_mode="token", rollouts=1,
+                   rollout_from="divergence", rollout_divergence_margin=100.0, rollout_trim=True,
+                   rollout_trim_lists=True, rollout_drop_cut=True, rollout_stop_in_reply=stop_in_reply,
+                   rollout_min_gain=-100.0, rollout_min_relevance=0.0, rollout_grounding_tokens=0)
+    db.expire_all()
+    assert not no_stop.advantage.get("rollouts")  # nowhere to stop: nothing to learn
+    if not stop_in_reply:
+        assert not ran_out.advantage.get("rollouts")
+        return
+    (note,) = ran_out.advantage["rollouts"]
+    assert note["text"].rstrip() == "My advice:\n1. Pack water.\n2. Pack a snack." and note["learned"]
+    assert note["finished"] is True
+    assert note["kept_from"] == len(trimmed) - 1  # the teacher's part is the stop alone
+    # its gain: the hinted teacher's stop logprob there minus the student's (a fresh adapter: the base)
+    assert note["gain"] == pytest.approx(maker.logprobs(t_prompt, trimmed)[-1] - stop_before, abs=2e-3)
+    assert maker.logprobs(prompt, trimmed, model=tuned)[-1] > stop_before
+
+
 def test_rollout_asked_min_gain_screens_the_rollouts_written_after_an_asked_phrase_on_their_own_floor(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
