@@ -168,6 +168,12 @@ class TrainConfig:
         False, "With rollout_trim, the end of a rollout's last finished list item is a place to stop too: a "
         "numbered list without full stops has no sentence end, and advice's teacher writes such lists after "
         "'My advice:' (17 of 24 held-out replies of that run's last version ran out).")
+    rollout_trim_share: float = _f(
+        1.0, "With rollout_trim, a rollout cut at its budget stops at its last place to stop within this share "
+        "of the budget. Trimmed at the last place, the learned replies of an advice run were 58-63 tokens "
+        "against a 64-token budget, and the student that learned them wrote lists that ran out in 22 of 24 "
+        "held-out replies; a reply learned right at the budget leaves no room for the student's own "
+        "variation (docs/BENCHMARKS.md). 1: anywhere.")
     rollout_drop_cut: bool = _f(
         False, "Do not learn a rollout that ran into its token budget (with rollout_trim, one that still has no "
         "place to stop): learned, it teaches the student to write past the budget, which cuts its reply off.")
@@ -284,6 +290,8 @@ class TrainConfig:
                             "several times: set rollouts=1 or a temperature above 0")
         if self.rollout_trim_lists and not self.rollout_trim:
             problems.append("rollout_trim_lists only changes where rollout_trim cuts: set rollout_trim too")
+        if not 0 < self.rollout_trim_share <= 1:
+            problems.append(f"rollout_trim_share={self.rollout_trim_share}: a share of the budget, set it in (0, 1]")
         if self.rollout_stop_in_reply and not (self.rollout_trim and self.rollout_from == "divergence"):
             problems.append("rollout_stop_in_reply trims rollouts that keep the student's reply: set rollout_trim "
                             "and rollout_from divergence too")

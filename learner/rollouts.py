@@ -366,15 +366,15 @@ def stops_after(text: str, following: str, *, list_items: bool = False) -> bool:
 
 
 def trim_to_sentence(reply: list[int], *, start: int, decode: Any, eos_ids: list[int],
-                     list_items: bool = False) -> list[int]:
+                     list_items: bool = False, limit: int | None = None) -> list[int]:
     """A rollout cut at its token budget, up to the end of its last full sentence after `start` (the
-    tokens the student wrote; with `list_items`, or of its last finished list item), then the first of
-    `eos_ids`; unchanged when it ended by itself or has no such end there. Learned as cut, a rollout
-    teaches the student to run on at every point where it could have stopped, and the budget then cuts
-    the student's reply off too."""
+    tokens the student wrote; with `list_items`, or of its last finished list item) within its first
+    `limit` tokens, then the first of `eos_ids`; unchanged when it ended by itself or has no such end
+    there. Learned as cut, a rollout teaches the student to run on at every point where it could have
+    stopped, and the budget then cuts the student's reply off too."""
     if reply and reply[-1] in eos_ids:
         return reply
-    for end in range(len(reply), start, -1):
+    for end in range(min(len(reply), len(reply) if limit is None else limit), start, -1):
         if stops_after(decode(reply[:end]), decode(reply[end:end + 1]), list_items=list_items):
             return [*reply[:end], eos_ids[0]]
     return reply

@@ -273,8 +273,10 @@ class Learner:
             if cfg.rollout_trim:
                 replies = [rollouts.trim_to_sentence(reply, start=0 if cfg.rollout_stop_in_reply else n,
                                                      decode=self.tokenizer.decode, eos_ids=eos,
-                                                     list_items=cfg.rollout_trim_lists)
-                           for reply, n in zip(replies, own, strict=True)]
+                                                     list_items=cfg.rollout_trim_lists,
+                                                     limit=None if cfg.rollout_trim_share == 1
+                                                     else int(cfg.rollout_trim_share * budget[i]))
+                           for reply, n, i in zip(replies, own, turns, strict=True)]
                 own = [min(n, len(reply) - 1) for reply, n in zip(replies, own, strict=True)]  # a stop is the teacher's
             # a stop-only rollout with no place to stop in it holds nothing the teacher wrote
             useful = [j for j, reply in enumerate(replies) if j < len(live) or reply[-1] in eos]

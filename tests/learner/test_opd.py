@@ -221,10 +221,13 @@ def test_a_rollout_for_a_hint_that_names_an_opening_is_written_after_that_openin
     assert not tiny.advantage.get("rollouts")
 
 
-@pytest.mark.parametrize("stop_in_reply", [False, True])
+@pytest.mark.parametrize(("stop_in_reply", "share", "last"), [
+    (False, 1.0, "snack."), (True, 1.0, "snack."),
+    (True, 0.6, "water."),  # within 60% of the budget the first item is the last finished one
+])
 def test_with_rollout_stop_in_reply_a_reply_that_ran_out_is_learned_up_to_its_last_place_to_stop(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str,
-    stop_in_reply: bool,
+    stop_in_reply: bool, share: float, last: str,
 ) -> None:
     user, hint = "What should I pack for a day hike?", "Way too long. Keep it much shorter."
     listed = "My advice:\n1. Pack water.\n2. Pack a snack.\n3. Bring a map and a"
@@ -234,7 +237,8 @@ def test_with_rollout_stop_in_reply_a_reply_that_ran_out_is_learned_up_to_its_la
     stop = maker.tokenizer.convert_tokens_to_ids("<|im_end|>")
     served = maker.response_ids(listed)[:-1]
     # the reply's own tokens through its last finished sentence, and the whitespace after it (as every trim keeps)
-    end = max(k for k in range(len(served)) if maker.tokenizer.decode(served[:k]).rstrip().endswith("snack."))
+    end = max(k for k in range(len(served)) if maker.tokenizer.decode(served[:k]).rstrip().endswith(last))
+    assert end <= share * len(served) < len(served) - 5 or share == 1
     trimmed = [*served[:end], stop]
     stop_before = maker.logprobs(prompt, trimmed)[-1]
     # both ran into their budget; the huge margin means the hint asks for nothing else at any token
@@ -245,14 +249,15 @@ def test_with_rollout_stop_in_reply_a_reply_that_ran_out_is_learned_up_to_its_la
     tuned = _train(settings, session_factory, db, maker, model_path, extra=2, opd_mode="token", rollouts=1,
                    rollout_from="divergence", rollout_divergence_margin=100.0, rollout_trim=True,
                    rollout_trim_lists=True, rollout_drop_cut=True, rollout_stop_in_reply=stop_in_reply,
-                   rollout_min_gain=-100.0, rollout_min_relevance=0.0, rollout_grounding_tokens=0)
+                   rollout_min_gain=-100.0, rollout_min_relevance=0.0, rollout_grounding_tokens=0,
+                   rollout_trim_share=share)
     db.expire_all()
     assert not no_stop.advantage.get("rollouts")  # nowhere to stop: nothing to learn
     if not stop_in_reply:
         assert not ran_out.advantage.get("rollouts")
         return
     (note,) = ran_out.advantage["rollouts"]
-    assert note["text"].rstrip() == "My advice:\n1. Pack water.\n2. Pack a snack." and note["learned"]
+    assert note["text"].rstrip() == listed[:listed.index(last) + len(last)] and note["learned"]
     assert note["finished"] is True
     assert note["kept_from"] == len(trimmed) - 1  # the teacher's part is the stop alone
     # its gain: the hinted teacher's stop logprob there minus the student's (a fresh adapter: the base)

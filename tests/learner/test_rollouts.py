@@ -392,6 +392,15 @@ def test_a_rollout_cut_at_its_budget_is_learned_to_its_last_full_sentence(
     assert trim_to_sentence(reply, start=start, decode=_decode, eos_ids=[11, 99]) == expected
 
 
+def test_a_cut_rollout_trimmed_within_a_share_of_its_budget_stops_at_the_last_place_before_it() -> None:
+    # "Imagine a pipe. Data flows like water! It moves" cut at 11 tokens: the last stop is at 9 tokens,
+    # within the first 8 only the first sentence ends; within the first 3 none does, and it stays cut
+    reply = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert trim_to_sentence(reply, start=0, decode=_decode, eos_ids=[11], limit=11) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 11]
+    assert trim_to_sentence(reply, start=0, decode=_decode, eos_ids=[11], limit=8) == [0, 1, 2, 3, 11]
+    assert trim_to_sentence(reply, start=0, decode=_decode, eos_ids=[11], limit=3) == reply
+
+
 LIST = ["My advice:", "\n", "1.", " Save", " first", "2.", " Cut", " costs", " Spend", " less.", "<end>"]
 
 
