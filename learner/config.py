@@ -120,6 +120,13 @@ class TrainConfig:
         "the user's rule in its prompt, SmolLM2-135M opened 1 of 12 held-out replies with 'My advice:' and 1 "
         "of 12 with 'Imagine' (the learning benchmark's hinted row), so most rollouts for those users were "
         "screened out or taught other openings.")
+    rollout_asked_phrase: bool = _f(
+        False, "With rollout_open_as_asked, when every rollout written after the phrase a hint asks a reply to "
+        "begin with is refused, learn the phrase alone (its tokens after the prompt, with no end-of-sequence "
+        "token): the hint names that opening word for word, while what the small teacher writes after it is "
+        "often refused. In a bottomline run 17 of the 20 rollouts written after 'In short,' were refused, "
+        "every batch scored -1 throughout (no RL signal under the batch mean), and the student lost the opening "
+        "and ended with empty replies (docs/BENCHMARKS.md).")
     rollout_asked_min_gain: float | None = _f(
         None, "rollout_min_gain for a rollout written after the phrase the hint asks to begin with "
         "(rollout_open_as_asked); None: rollout_min_gain. Read on the teacher's part only, such a rollout's "
@@ -295,6 +302,9 @@ class TrainConfig:
         if self.rollout_stop_in_reply and not (self.rollout_trim and self.rollout_from == "divergence"):
             problems.append("rollout_stop_in_reply trims rollouts that keep the student's reply: set rollout_trim "
                             "and rollout_from divergence too")
+        if self.rollout_asked_phrase and not self.rollout_open_as_asked:
+            problems.append("rollout_asked_phrase learns the phrase of refused rollouts written after it: "
+                            "set rollout_open_as_asked too")
         if self.rollout_asked_min_gain is not None and not self.rollout_open_as_asked:
             problems.append("rollout_asked_min_gain screens rollouts written after an asked phrase: "
                             "set rollout_open_as_asked too")

@@ -327,11 +327,20 @@ class Learner:
                     **({"ids": replies[j]} if learned else {})}))
                 if learned:
                     kept.append(j)
-        if not kept:
+        # the asked phrase alone, for a turn whose every rollout written after it was refused
+        taught = {turns[j] for j in kept}
+        alone = [(i, group[0][0]) for i, group in verdicts.items()
+                 if cfg.rollout_asked_phrase and i in asked and i not in taught]
+        for i, _ in alone:
+            out.rollout_notes.append((i, {"text": self.tokenizer.decode(asked[i]), "learned": True,
+                                          "phrase_only": True, "kept_from": 0, "asked_prefix": True,
+                                          "ids": asked[i]}))
+        if not kept and not alone:
             return
-        out.rollout_teacher = torch.cat([teacher[j] for j in kept])
-        out.rollout_turns = [turns[j] for j in kept]
-        out.rollouts = pack([samples[turns[j]].prompt_ids for j in kept], [replies[j] for j in kept], self.device)
+        out.rollout_teacher = torch.cat([teacher[j] for j in kept] + [teacher[j][:len(asked[i])] for i, j in alone])
+        out.rollout_turns = [turns[j] for j in kept] + [i for i, _ in alone]
+        out.rollouts = pack([samples[i].prompt_ids for i in out.rollout_turns],
+                            [replies[j] for j in kept] + [asked[i] for i, _ in alone], self.device)
 
     def _asked_prefixes(self, samples: list[Sample], hinted: list[int]) -> dict[int, list[int]]:
         """The phrase each hinted sample's hint asks a reply to begin with, as token ids, for the samples

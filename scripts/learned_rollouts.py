@@ -48,6 +48,7 @@ def main(db: Path, user_name: str, marker: str) -> None:
     failed: Counter[str] = Counter()
     counts: Counter[tuple[str, str, str]] = Counter()
     hints: Counter[tuple[str, str]] = Counter()
+    phrases = 0
     with Session(create_engine(f"sqlite:///file:{db}?mode=ro&uri=true")) as s:
         for turn in s.scalars(select(Turn).where(Turn.hint.is_not(None), Turn.turn_type == "main")):
             kind = "states the rule" if marker in turn.hint.lower() else "other complaint"
@@ -58,6 +59,9 @@ def main(db: Path, user_name: str, marker: str) -> None:
                 continue
             question = current_question(view_of(s, turn).messages, [q.text for q in user.train])
             for note in notes:
+                if note.get("phrase_only"):  # the asked phrase alone (rollout_asked_phrase), not a reply
+                    phrases += 1
+                    continue
                 passed = guard.check(question, note["text"]).passed
                 met = passed and not user.check(question, note["text"])
                 learned = bool(note.get("learned"))
@@ -80,6 +84,8 @@ def main(db: Path, user_name: str, marker: str) -> None:
     not_learned = sum(n for k, n in counts.items() if k[2] == "written") - sum(
         n for k, n in counts.items() if k[2] == "learned")
     print(f"| {not_learned} | " + " | ".join(str(failed[c]) for c in CHECKS) + " |")
+    if phrases:
+        print(f"\nThe asked phrase alone was learned for {phrases} turns (rollout_asked_phrase).")
 
 
 CHECKS = ("gain", "echo", "copy", "relevance", "opening", "header", "repeat", "asked", "asked_again", "cut")

@@ -280,6 +280,26 @@ def test_rollout_asked_min_gain_screens_the_rollouts_written_after_an_asked_phra
     assert not any(n["learned"] for n in notes if not n["asked_prefix"])
 
 
+def test_rollout_asked_phrase_learns_the_asked_phrase_alone_when_every_rollout_after_it_is_refused(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    msgs = [{"role": "user", "content": "Say hello to Bob."}]
+    phrase = maker.tokenizer("Hello Bob", add_special_tokens=False)["input_ids"]
+    before = sum(maker.logprobs(maker.prompt_ids(msgs), phrase))
+    # no rollout clears a gain floor of +100 nats a token: every one is refused
+    tuned = _train(settings, session_factory, db, maker, model_path, opd_mode="token", rollouts=1,
+                   rollout_max_tokens=8, rollout_open_as_asked=True, rollout_asked_phrase=True,
+                   rollout_min_gain=100.0, rollout_min_relevance=0.0, rollout_grounding_tokens=0)
+    db.expire_all()
+    notes = [n for t in db.scalars(select(Turn)) for n in t.advantage.get("rollouts", [])]
+    alone = [n for n in notes if n.get("phrase_only")]
+    # only the greeting's hint names an opening ('Hello Bob'), and its reply ("Goodbye.") does not open so
+    assert len(alone) == 1 and alone[0]["learned"] and alone[0]["ids"] == phrase and alone[0]["text"] == "Hello Bob"
+    refused = [n for n in notes if not n.get("phrase_only")]
+    assert len(refused) == len(HINTED) and not any(n["learned"] for n in refused)
+    assert sum(maker.logprobs(maker.prompt_ids(msgs), phrase, model=tuned)) > before + 0.5
+
+
 def test_with_rollout_drop_cut_a_rollout_cut_at_its_budget_is_stored_but_not_learned(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
