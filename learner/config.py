@@ -177,10 +177,10 @@ class TrainConfig:
         "'My advice:' (17 of 24 held-out replies of that run's last version ran out).")
     rollout_trim_share: float = _f(
         1.0, "With rollout_trim, a rollout cut at its budget stops at its last place to stop within this share "
-        "of the budget. Trimmed at the last place, the learned replies of an advice run were 58-63 tokens "
-        "against a 64-token budget, and the student that learned them wrote lists that ran out in 22 of 24 "
-        "held-out replies; a reply learned right at the budget leaves no room for the student's own "
-        "variation (docs/BENCHMARKS.md). 1: anywhere.")
+        "of the budget. Trimmed at the last place, 4 of the 7 rollouts an advice run learned were 58-63 tokens "
+        "against a 64-token budget, and after one more 60-token list the student wrote lists that ran out in "
+        "22 of 24 held-out replies; a reply learned right at the budget leaves no room for the student's own "
+        "variation. At 0.75 one seed of advice ended at 1.00 with no reply cut (docs/BENCHMARKS.md). 1: anywhere.")
     rollout_drop_cut: bool = _f(
         False, "Do not learn a rollout that ran into its token budget (with rollout_trim, one that still has no "
         "place to stop): learned, it teaches the student to write past the budget, which cuts its reply off.")
@@ -192,7 +192,8 @@ class TrainConfig:
         "student's. Otherwise nothing teaches a reply that runs out where to stop: token distillation has "
         "no end-of-sequence token to score, and when a whole batch runs out its RL scores cancel against the "
         "batch mean. In an advice run the student learned 'My advice:', then wrote lists that ran out in "
-        "every held-out reply (docs/BENCHMARKS.md).")
+        "every held-out reply. In two runs of three users it never fired: a hint on a cut reply asked for the "
+        "opening phrase (a rollout is written after it) or only complained (no rollout) (docs/BENCHMARKS.md).")
     rollout_replay: int = _f(
         0, "Learned rollouts of earlier batches learned again with each batch (the N most recent, from the "
         "DB): a hint that shows the wanted reply may come once in many turns, and one pass of one "
