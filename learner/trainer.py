@@ -271,11 +271,12 @@ class Learner:
             t_prompts = [teacher_prompts[k] for k in live] + [teacher_prompt_ids(self.tokenizer, samples[i])
                                                               for i in stop_only]
             if cfg.rollout_trim:
-                replies = [rollouts.trim_to_sentence(reply, start=0 if cfg.rollout_stop_in_reply else n,
-                                                     decode=self.tokenizer.decode, eos_ids=eos,
+                # with rollout_stop_in_reply a stop may fall in the student's part, never in an asked phrase
+                replies = [rollouts.trim_to_sentence(reply, start=0 if cfg.rollout_stop_in_reply and i not in asked
+                                                     else n, decode=self.tokenizer.decode, eos_ids=eos,
                                                      list_items=cfg.rollout_trim_lists,
                                                      limit=None if cfg.rollout_trim_share == 1
-                                                     else int(cfg.rollout_trim_share * budget[i]))
+                                                     else int(cfg.rollout_trim_share * max(budget[i], len(reply))))
                            for reply, n, i in zip(replies, own, turns, strict=True)]
                 own = [min(n, len(reply) - 1) for reply, n in zip(replies, own, strict=True)]  # a stop is the teacher's
             # a stop-only rollout with no place to stop in it holds nothing the teacher wrote
@@ -312,9 +313,9 @@ class Learner:
                 max_repeat=cfg.rollout_max_repeat, asked_opening=cfg.rollout_asked_opening,
                 asked_once=cfg.rollout_asked_once,
                 finished=replies[j][-1] in eos if cfg.rollout_drop_cut else None,
-                # the loop check reads the whole reply where the teacher wrote only the stop
-                written=(self.tokenizer.decode(replies[j][own[j]:], skip_special_tokens=True)
-                         if 0 < own[j] < len(replies[j]) - 1 else None))
+                # the loop check reads the whole reply where a stop in the student's part is all the teacher wrote
+                written=(self.tokenizer.decode(replies[j][own[j]:], skip_special_tokens=True) if own[j] and not (
+                    cfg.rollout_stop_in_reply and own[j] == len(replies[j]) - 1) else None))
             verdicts.setdefault(i, []).append((j, verdict))
         kept: list[int] = []  # rollout positions
         for i, group in verdicts.items():

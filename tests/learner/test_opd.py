@@ -280,6 +280,25 @@ def test_rollout_asked_min_gain_screens_the_rollouts_written_after_an_asked_phra
     assert not any(n["learned"] for n in notes if not n["asked_prefix"])
 
 
+def test_with_rollout_stop_in_reply_a_rollout_after_an_asked_phrase_is_never_cut_back_into_the_phrase(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    # the asked phrase ends a sentence; the teacher's three tokens after it are cut at the budget
+    hint = "Begin your reply with 'Good news.' and then the fix."
+    phrase = maker.tokenizer("Good news.", add_special_tokens=False)["input_ids"]
+    asked = maker.add(db, "My sink is leaking, what do I do?", "Leaks are common.", score=-1, hint=hint,
+                      params={"max_new_tokens": len(phrase) + 3})
+    _train(settings, session_factory, db, maker, model_path, extra=1, opd_mode="token", rollouts=1,
+           rollout_from="divergence", rollout_trim=True, rollout_drop_cut=True, rollout_stop_in_reply=True,
+           rollout_open_as_asked=True, rollout_min_gain=-100.0, rollout_min_relevance=0.0,
+           rollout_grounding_tokens=0)
+    db.expire_all()
+    (note,) = asked.advantage["rollouts"]
+    assert note["asked_prefix"] and note["text"].startswith("Good news.")
+    assert note["text"].rstrip() != "Good news."  # the phrase alone, an empty answer, is never the rollout
+    assert note["finished"] is True or not note["learned"]
+
+
 def test_rollout_asked_phrase_learns_the_asked_phrase_alone_when_every_rollout_after_it_is_refused(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
