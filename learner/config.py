@@ -180,7 +180,7 @@ class TrainConfig:
         "of the budget. Trimmed at the last place, 4 of the 7 rollouts an advice run learned were 58-63 tokens "
         "against a 64-token budget, and after one more 60-token list the student wrote lists that ran out in "
         "22 of 24 held-out replies; a reply learned right at the budget leaves no room for the student's own "
-        "variation. At 0.75 one seed of advice ended at 1.00 with no reply cut (docs/BENCHMARKS.md). 1: anywhere.")
+        "variation. At 0.75 two seeds of advice ended at 1.00 and 0.75 (docs/BENCHMARKS.md). 1: anywhere.")
     rollout_drop_cut: bool = _f(
         False, "Do not learn a rollout that ran into its token budget (with rollout_trim, one that still has no "
         "place to stop): learned, it teaches the student to write past the budget, which cuts its reply off.")
