@@ -374,7 +374,7 @@ def trim_to_sentence(reply: list[int], *, start: int, decode: Any, eos_ids: list
     stopped, and the budget then cuts the student's reply off too."""
     if reply and reply[-1] in eos_ids:
         return reply
-    for end in range(min(len(reply), len(reply) if limit is None else limit), start, -1):
+    for end in range(len(reply) if limit is None else min(len(reply), limit), start, -1):
         if stops_after(decode(reply[:end]), decode(reply[end:end + 1]), list_items=list_items):
             return [*reply[:end], eos_ids[0]]
     return reply
