@@ -93,6 +93,17 @@ class BatchResult:
     per_sample: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class _Rollout:
+    """One reply for the student to learn with the hint removed."""
+
+    turn: int  # the sample it answers
+    reply: list[int]  # response ids: the kept start (the student's, or the asked phrase), then the teacher's
+    own: int  # leading tokens of `reply` the teacher did not write
+    prompt: list[int]  # the hinted teacher's prompt
+    stop_only: bool = False  # the student's own reply, learned up to where it could have stopped
+
+
 class Learner:
     """A LoRA-wrapped copy of the base model, its optimizer and the version its weights came from."""
 
@@ -239,53 +250,15 @@ class Learner:
             hinted = [i for i in hinted if samples[i].says_what_to_do]
             if not hinted:
                 return
-        budget = {i: min(cfg.rollout_max_tokens, samples[i].max_new_tokens or cfg.rollout_max_tokens) for i in hinted}
         eos = eos_token_ids(self.model, self.tokenizer)
         asked = self._asked_prefixes(samples, hinted) if cfg.rollout_open_as_asked else {}
-        kept_from = {i: 0 for i in hinted}  # reply tokens of the student's each rollout starts with
-        own_start = [i for i in hinted if i not in asked]  # an asked phrase replaces the student's start
-        if cfg.rollout_from == "divergence" and own_start:
-            kept_from |= self._divergences(samples, own_start, set(eos))
-        begun = {i: samples[i].response_ids[:kept_from[i]] for i in hinted} | asked  # what each rollout continues
-        # a reply that ran out where the hint asks for nothing else: learned up to where it could have stopped
-        stop_only = [i for i in hinted if cfg.rollout_stop_in_reply and i not in asked and samples[i].response_ids
-                     and kept_from[i] == len(samples[i].response_ids) and samples[i].response_ids[-1] not in eos]
-        hinted = [i for i in hinted if len(begun[i]) < budget[i]
-                  and (i in asked or kept_from[i] < len(samples[i].response_ids))]
-        if not hinted and not stop_only:
+        found = self._written(samples, hinted, asked, eos)
+        if not found:
             return
-        order = [i for i in hinted for _ in range(cfg.rollouts)]
-        teacher_prompts = [teacher_prompt_ids(self.tokenizer, samples[i]) for i in order]
-        prefixes = [begun[i] for i in order]
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
+        turns, replies, own = [r.turn for r in found], [r.reply for r in found], [r.own for r in found]
         with _teacher_weights(self.model, cfg.teacher):
-            written = rollouts.generate(self.model, [p + pre for p, pre in zip(teacher_prompts, prefixes, strict=True)],
-                                        [budget[i] - len(pre) for i, pre in zip(order, prefixes, strict=True)],
-                                        eos_ids=eos, pad_id=pad, temperature=cfg.rollout_temperature,
-                                        device=self.device, no_repeat=cfg.rollout_no_repeat) if order else []
-            live = [k for k, reply in enumerate(written) if reply]
-            turns = [order[k] for k in live] + stop_only  # sample index of each rollout
-            replies = [prefixes[k] + written[k] for k in live] + [samples[i].response_ids for i in stop_only]
-            # leading tokens the teacher did not write (the student's, or the asked phrase)
-            own = [len(prefixes[k]) for k in live] + [len(samples[i].response_ids) for i in stop_only]
-            t_prompts = [teacher_prompts[k] for k in live] + [teacher_prompt_ids(self.tokenizer, samples[i])
-                                                              for i in stop_only]
-            if cfg.rollout_trim:
-                # with rollout_stop_in_reply a stop may fall in the student's part, never in an asked phrase
-                replies = [rollouts.trim_to_sentence(reply, start=0 if cfg.rollout_stop_in_reply and i not in asked
-                                                     else n, decode=self.tokenizer.decode, eos_ids=eos,
-                                                     list_items=cfg.rollout_trim_lists,
-                                                     limit=None if cfg.rollout_trim_share == 1
-                                                     else int(cfg.rollout_trim_share * max(budget[i], len(reply))))
-                           for reply, n, i in zip(replies, own, turns, strict=True)]
-                own = [min(n, len(reply) - 1) for reply, n in zip(replies, own, strict=True)]  # a stop is the teacher's
-            # a stop-only rollout with no place to stop in it holds nothing the teacher wrote
-            useful = [j for j, reply in enumerate(replies) if j < len(live) or reply[-1] in eos]
-            turns, replies = [turns[j] for j in useful], [replies[j] for j in useful]
-            own, t_prompts = [own[j] for j in useful], [t_prompts[j] for j in useful]
-            if not turns:
-                return
-            teacher = rollouts.scored(self.model, t_prompts, replies, device=self.device, chunk=cfg.logprob_chunk)
+            teacher = rollouts.scored(self.model, [r.prompt for r in found], replies, device=self.device,
+                                      chunk=cfg.logprob_chunk)
         student = rollouts.scored(self.model, [samples[i].prompt_ids for i in turns], replies,
                                   device=self.device, chunk=cfg.logprob_chunk)
         gained = rollouts.gains([t[n:] for t, n in zip(teacher, own, strict=True)],
@@ -342,6 +315,45 @@ class Learner:
         out.rollout_turns = [turns[j] for j in kept] + [i for i, _ in alone]
         out.rollouts = pack([samples[i].prompt_ids for i in out.rollout_turns],
                             [replies[j] for j in kept] + [asked[i] for i, _ in alone], self.device)
+
+    def _written(self, samples: list[Sample], hinted: list[int], asked: dict[int, list[int]],
+                 eos: list[int]) -> list[_Rollout]:
+        """The hinted teacher's rollouts: each continues the student's reply where the hint first asks
+        for something else (`rollout_from`), or the phrase the hint asks to open with, trimmed to a
+        place to stop (`rollout_trim`). With `rollout_stop_in_reply`, a reply that ran out where the
+        hint asks for nothing else is also one, learned up to where it could have stopped."""
+        cfg = self.config
+        budget = {i: min(cfg.rollout_max_tokens, samples[i].max_new_tokens or cfg.rollout_max_tokens) for i in hinted}
+        kept_from = {i: 0 for i in hinted}  # reply tokens of the student's each rollout starts with
+        own_start = [i for i in hinted if i not in asked]  # an asked phrase replaces the student's start
+        if cfg.rollout_from == "divergence" and own_start:
+            kept_from |= self._divergences(samples, own_start, set(eos))
+        begun = {i: samples[i].response_ids[:kept_from[i]] for i in hinted} | asked  # what each rollout continues
+        stop_only = [i for i in hinted if cfg.rollout_stop_in_reply and i not in asked and samples[i].response_ids
+                     and kept_from[i] == len(samples[i].response_ids) and samples[i].response_ids[-1] not in eos]
+        order = [i for i in hinted if len(begun[i]) < budget[i]
+                 and (i in asked or kept_from[i] < len(samples[i].response_ids)) for _ in range(cfg.rollouts)]
+        prompts = {i: teacher_prompt_ids(self.tokenizer, samples[i]) for i in {*order, *stop_only}}
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
+        with _teacher_weights(self.model, cfg.teacher):
+            written = rollouts.generate(self.model, [prompts[i] + begun[i] for i in order],
+                                        [budget[i] - len(begun[i]) for i in order], eos_ids=eos, pad_id=pad,
+                                        temperature=cfg.rollout_temperature, device=self.device,
+                                        no_repeat=cfg.rollout_no_repeat) if order else []
+        found = [_Rollout(i, begun[i] + reply, len(begun[i]), prompts[i])
+                 for i, reply in zip(order, written, strict=True) if reply]
+        found += [_Rollout(i, samples[i].response_ids, len(samples[i].response_ids), prompts[i], stop_only=True)
+                  for i in stop_only]
+        for r in found if cfg.rollout_trim else []:
+            # with rollout_stop_in_reply a stop may fall in the student's part, never in an asked phrase
+            r.reply = rollouts.trim_to_sentence(
+                r.reply, start=0 if cfg.rollout_stop_in_reply and r.turn not in asked else r.own,
+                decode=self.tokenizer.decode, eos_ids=eos, list_items=cfg.rollout_trim_lists,
+                limit=None if cfg.rollout_trim_share == 1
+                else int(cfg.rollout_trim_share * max(budget[r.turn], len(r.reply))))
+            r.own = min(r.own, len(r.reply) - 1)  # a stop is the teacher's
+        # a stop-only rollout with no place to stop in it holds nothing the teacher wrote
+        return [r for r in found if not r.stop_only or r.reply[-1] in eos]
 
     def _asked_prefixes(self, samples: list[Sample], hinted: list[int]) -> dict[int, list[int]]:
         """The phrase each hinted sample's hint asks a reply to begin with, as token ids, for the samples
