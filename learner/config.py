@@ -175,6 +175,12 @@ class TrainConfig:
         False, "With rollout_trim, the end of a rollout's last finished list item is a place to stop too: a "
         "numbered list without full stops has no sentence end, and advice's teacher writes such lists after "
         "'My advice:' (17 of 24 held-out replies of that run's last version ran out).")
+    rollout_no_hollow_lists: bool = _f(
+        False, "Refuse a rollout that lists only headings with nothing under them ('My advice:\\n\\n* Use a "
+        "good recipe:\\n* Choose a good pot:'). A share75 advice run learned one such rollout into v1; "
+        "from v5, 9-10 of 24 held-out replies had that shape, and the quality guard passed them as on "
+        "topic. Whether the rollout caused them is not shown (v1-v4 had at most 1), and the judge also "
+        "scored one such training reply +1. Not benchmarked yet.")
     rollout_trim_share: float = _f(
         1.0, "With rollout_trim, a rollout cut at its budget stops at its last place to stop within this share "
         "of the budget. Trimmed at the last place, 4 of the 7 rollouts an advice run learned were 58-63 tokens "

@@ -245,6 +245,23 @@ def repeated(text: str) -> float:
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
 
 
+ITEM_LINE = re.compile(r"^[ \t]*(?:\d+[.)]|[-*\u2022])[ \t]+(\S.*)$")  # a list item's line, its text captured
+
+
+def hollow_list(text: str) -> bool:
+    """Whether `text` lists only headings: it has list items, and each ends with a colon with no line
+    of its own under it ("My advice:\n\n* Use a good recipe:\n* Choose a good pot:"). Such a rollout
+    met advice's rule, and the student learned to name topics and say nothing about them. A heading
+    with sub-items under it ("1. **Be a team player**:\n   * Listen first") is no hollow list: the
+    sub-items are not headings."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    items = [m.group(1) for m in map(ITEM_LINE.match, lines) if m]
+    if not items:
+        return False
+    after_first = lines[next(k for k, line in enumerate(lines) if ITEM_LINE.match(line)):]
+    return len(after_first) == len(items) and all(item.replace("*", "").rstrip().endswith(":") for item in items)
+
+
 @dataclass(frozen=True)
 class Verdict:
     gain: float  # mean teacher-minus-student logprob per rollout token
@@ -258,13 +275,14 @@ class Verdict:
     opens_as_asked: bool | None = None  # begins with the phrase the hint asks for (None: not checked)
     asked_again: bool | None = None  # says the phrase the hint asks to begin with twice (None: not checked)
     finished: bool | None = None  # ends with the end-of-sequence token, not cut at its budget (None: not checked)
+    hollow: bool | None = None  # lists only headings with nothing under them (None: not checked)
 
 
 def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: float, max_echo: float,
           max_copy: float, relevance: float | None = None, min_relevance: float = 0.0,
           grounding: float | None = None, min_grounding: float = 0.0, header: str = "",
           max_repeat: float = 1.0, written: str | None = None, asked_opening: bool = False,
-          asked_once: bool = False, finished: bool | None = None) -> Verdict:
+          asked_once: bool = False, finished: bool | None = None, hollow_lists: bool = False) -> Verdict:
     """Whether a rollout is learned: the hint made it likelier, it is no echo of the hint or the chat,
     (each when given) it is about what the user asked and its opening depends on it, it does not
     write the `header` that introduced the hint in the teacher's context, and it does not loop.
@@ -275,11 +293,13 @@ def screen(text: str, *, hint: str, earlier: list[str], gain: float, min_gain: f
     with ("Begin your reply with 'My advice:'") must begin with it: the teacher did not do what it was
     asked, and a fluent reply that ignores the hint ("I'm glad you asked for my advice. ...") teaches the
     student the teacher's habits, not the user's preference. With `asked_once`, such a rollout must not say
-    the phrase a second time. A rollout `finished` False (cut at its budget) is not learned."""
+    the phrase a second time. A rollout `finished` False (cut at its budget) is not learned. With
+    `hollow_lists`, a rollout that lists only headings (`hollow_list`) is not learned either."""
     verdict = Verdict(gain, share_in(hint, text), share_in(text, "\n".join(earlier)), False, relevance, grounding,
                       bool(header) and header in text, repeated(text if written is None else written),
                       opens_as_asked(text, hint) if asked_opening else None,
-                      says_asked_again(text, hint) if asked_once else None, finished)
+                      says_asked_again(text, hint) if asked_once else None, finished,
+                      hollow_list(text) if hollow_lists else None)
     failed = failed_checks(verdict, min_gain=min_gain, max_echo=max_echo, max_copy=max_copy,
                            min_relevance=min_relevance, min_grounding=min_grounding, max_repeat=max_repeat)
     return replace(verdict, kept=not failed)
@@ -293,7 +313,7 @@ def failed_checks(v: Verdict, *, min_gain: float, max_echo: float, max_copy: flo
         ("relevance", v.relevance is not None and v.relevance < min_relevance),
         ("opening", v.grounding is not None and v.grounding < min_grounding), ("header", v.leaked),
         ("repeat", v.repeated > max_repeat), ("asked", v.opens_as_asked is False),
-        ("asked_again", v.asked_again is True), ("cut", v.finished is False),
+        ("asked_again", v.asked_again is True), ("cut", v.finished is False), ("hollow", v.hollow is True),
     ) if bad]
 
 

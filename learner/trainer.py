@@ -286,6 +286,7 @@ class Learner:
                 max_repeat=cfg.rollout_max_repeat, asked_opening=cfg.rollout_asked_opening,
                 asked_once=cfg.rollout_asked_once,
                 finished=replies[j][-1] in eos if cfg.rollout_drop_cut else None,
+                hollow_lists=cfg.rollout_no_hollow_lists,
                 # the loop check reads the whole reply where a stop in the student's part is all the teacher wrote
                 written=(self.tokenizer.decode(replies[j][own[j]:], skip_special_tokens=True) if own[j] and not (
                     cfg.rollout_stop_in_reply and own[j] == len(replies[j]) - 1) else None))

@@ -88,14 +88,15 @@ def main(db: Path, user_name: str, marker: str) -> None:
         print(f"\nThe asked phrase alone was learned for {phrases} turns (rollout_asked_phrase).")
 
 
-CHECKS = ("gain", "echo", "copy", "relevance", "opening", "header", "repeat", "asked", "asked_again", "cut")
+CHECKS = ("gain", "echo", "copy", "relevance", "opening", "header", "repeat", "asked", "asked_again", "cut",
+          "hollow")
 
 
 def why_not(note: dict, config: TrainConfig) -> list[str]:
     """The screen checks a stored rollout note failed (none: it was kept but not picked)."""
     verdict = Verdict(note["gain"], note["echo"], note["copied"], note["learned"], note.get("relevance"),
                       note.get("grounding"), bool(note.get("leaked")), repeated(note["text"]),
-                      note.get("opens_as_asked"), note.get("asked_again"), note.get("finished"))
+                      note.get("opens_as_asked"), note.get("asked_again"), note.get("finished"), note.get("hollow"))
     return failed_checks(verdict, min_gain=config.min_gain(bool(note.get("asked_prefix"))),
                          max_echo=config.rollout_max_echo, max_copy=config.rollout_max_copy,
                          min_relevance=config.rollout_min_relevance,

@@ -19,6 +19,7 @@ from learner.rollouts import (
     divergence,
     failed_checks,
     generate,
+    hollow_list,
     opening_grounding,
     pick_best,
     relevance,
@@ -433,6 +434,35 @@ def test_a_cut_rollout_is_not_learned_when_asked() -> None:
     assert screen(text, hint="Begin with 'My advice:'.", earlier=[], gain=1.0, finished=True, **DEFAULTS).kept
     cut = screen(text, hint="Begin with 'My advice:'.", earlier=[], gain=1.0, finished=False, **DEFAULTS)
     assert not cut.kept and failed_checks(cut, **DEFAULTS, min_relevance=0.0, min_grounding=0.0) == ["cut"]
+
+
+@pytest.mark.parametrize(("text", "hollow"), [
+    # learned in a share75 advice run (seed 1); held-out replies of this shape followed
+    ("My advice:\n\n* Use a good recipe:\n* Choose a good pot:\n* Make it yourself:\n", True),
+    ("My advice:\n\n* **Start your day right:**\n* **Make your morning routine:**\n", True),
+    ("My advice:\n\n1. Timing:\n2. Ripeness:", True),
+    # a heading with something under it, or an item that says something
+    ("My advice:\n1. **Timing:** The timing of the mango's ripening matters.", False),
+    ("My advice:\n\n* Timing:\nPick it when it smells sweet.", False),
+    ("My advice:\n\n1. **Be a team player**:\n   * Listen first", False),
+    ("My advice:\n\n* Practice regularly: the more you practice, the more you improve.\n", False),
+    # no list at all
+    ("My advice: Boil the carrots until they're soft.", False),
+    ("In short, yes:", False),
+])
+def test_a_list_of_headings_alone_is_hollow(text: str, hollow: bool) -> None:
+    assert hollow_list(text) is hollow
+
+
+def test_a_hollow_list_is_not_learned_when_asked() -> None:
+    text, hint = "My advice:\n\n* Use a good recipe:\n* Choose a good pot:\n", "Begin with 'My advice:'."
+    assert screen(text, hint=hint, earlier=[], gain=1.0, **DEFAULTS).kept
+    assert screen(text, hint=hint, earlier=[], gain=1.0, **DEFAULTS).hollow is None
+    refused = screen(text, hint=hint, earlier=[], gain=1.0, hollow_lists=True, **DEFAULTS)
+    assert not refused.kept and failed_checks(refused, **DEFAULTS, min_relevance=0.0, min_grounding=0.0) == ["hollow"]
+    said = screen("My advice:\n\n* Use a good recipe: one with weights.\n", hint=hint, earlier=[], gain=1.0,
+                  hollow_lists=True, **DEFAULTS)
+    assert said.kept and said.hollow is False
 
 
 def test_no_repeat_bans_only_what_would_repeat_an_ngram_of_the_reply_itself() -> None:
