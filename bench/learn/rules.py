@@ -23,6 +23,7 @@ BOTTOM_LINE = re.compile(r"^[\W_]*in short\s*[,:\-–—]\s*\S", re.I)
 # "Sure thing" as the reply's first words, then punctuation and the answer itself.
 SURE_THING = re.compile(r"^[\W_]*sure thing\s*[!,.:\-–—]\s*\S", re.I)
 # "My advice:" as the reply's first words, then the advice itself.
+LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)])\s+(\S.*)$")  # a list item's line, its text captured
 MY_ADVICE = re.compile(r"^[\W_]*my advice\s*[,:\-–—]\s*\S", re.I)
 # "Good news:" (or "Good news!") as the reply's first words, then the answer itself.
 GOOD_NEWS = re.compile(r"^[\W_]*good news\s*[!,.:\-–—]\s*\S", re.I)
@@ -118,8 +119,25 @@ def check_casual(text: str) -> list[Violation]:
 
 
 def check_advice(text: str) -> list[Violation]:
-    """A user who wants a recommendation, named as one: the reply opens with "My advice:" and the advice."""
-    return _opens_with(MY_ADVICE, text, Violation("advice", "does not open with 'My advice:' and the advice"))
+    """A user who wants a recommendation, named as one: the reply opens with "My advice:" and the advice.
+    A list of headings after the label ("My advice:\n\n* Use a good recipe:\n* Choose a good pot:")
+    names topics and advises nothing; a run whose simulator thanked such replies learned to write
+    them (7 of its 10 satisfied held-out replies at the last version)."""
+    opened = MY_ADVICE.match(text.strip())
+    if opened is None:
+        return [Violation("advice", "does not open with 'My advice:' and the advice")]
+    if headings_only(text.strip()[opened.end() - 1:]):
+        return [Violation("advice_headings", "lists headings with nothing under them, no advice")]
+    return []
+
+
+def headings_only(body: str) -> bool:
+    """Whether every line of `body` is a list item that ends with a colon, bold marks aside: headings with
+    nothing under them. An item that says something ("* Use a good recipe: one that weighs the flour"),
+    a line of prose, or an item without a colon ("* Pack light") makes it not so."""
+    lines = [line for line in body.splitlines() if line.strip()]
+    items = [LIST_ITEM.match(line) for line in lines]
+    return bool(lines) and all(m is not None and m.group(1).replace("*", "").rstrip().endswith(":") for m in items)
 
 
 def check_reassure(text: str) -> list[Violation]:

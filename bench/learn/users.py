@@ -128,6 +128,10 @@ ADVICE = (
     "That's background, not a recommendation. Begin your reply with 'My advice:' and then what to do.",
     "That reads like a brochure. Begin your reply with 'My advice:' and keep it to the point.",
 )
+ADVICE_HEADINGS = (
+    "Those are just headings with nothing under them. Begin your reply with 'My advice:' and then say what to do.",
+    "You named topics but gave no actual advice. Begin your reply with 'My advice:' and tell me what to do.",
+)
 REASSURE = (
     "That made me more nervous, not less. Begin your reply with 'Good news:' and then what to do.",
     "You sound like a warning label. Begin your reply with 'Good news:' and then the fix.",
@@ -265,7 +269,7 @@ def all_users() -> dict[str, User]:
             "advice", "someone asking for a recommendation who wants it named as one: the reply opens "
             "with 'My advice:'",
             "Begin your reply with 'My advice:' and then the advice.", rules.check_advice,
-            corrections={"advice": ADVICE}),
+            corrections={"advice": ADVICE, "advice_headings": ADVICE_HEADINGS}),
         "reassure": user(
             "reassure", "a worried user who wants reassurance first: the reply opens with 'Good news:'",
             "Begin your reply with 'Good news:' and then what to do.", rules.check_reassure,

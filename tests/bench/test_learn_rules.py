@@ -70,6 +70,13 @@ ADVICE = [
     ("My advice:", ["advice"]),  # the label with no advice after it
     ("Start with ten minutes a day. That's my advice: go slowly.", ["advice"]),
     ("Here's my advice: start small.", ["advice"]),  # not the first words
+    # headings with nothing under them, as a trained run wrote them
+    ("My advice:\n\n* Use a good recipe:\n* Choose a good pot:\n", ["advice_headings"]),
+    ("My advice:\n\n* **Start your day right:**\n* **Make your morning routine:**\n", ["advice_headings"]),
+    ("My advice:\n\n* Use a good recipe: one that weighs the flour.", []),
+    ("My advice:\n\n1. Timing:\nPick it when it smells sweet.", []),
+    ("My advice:\n\n* Plan your trip\n* Pack light", []),
+    ("My advice: wait:", []),  # prose, not a list
 ]
 
 
@@ -271,6 +278,7 @@ def test_reactions_never_state_a_score_and_name_the_fault() -> None:
     assert all(re.search(r"answer|explain", p) for p in analogy.corrections["picture_only"])
     advice = all_users()["advice"]
     assert all("'My advice:'" in p for p in advice.corrections["advice"])
+    assert all("'My advice:'" in p for p in advice.corrections["advice_headings"])
     reassure = all_users()["reassure"]
     assert all("'Good news:'" in p for p in reassure.corrections["good_news"])
     steps = all_users()["steps"]
