@@ -245,21 +245,21 @@ def repeated(text: str) -> float:
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
 
 
-ITEM_LINE = re.compile(r"^[ \t]*(?:\d+[.)]|[-*\u2022])[ \t]+(\S.*)$")  # a list item's line, its text captured
+# a list item's or heading's line: a list mark (bold allowed before it, "**1. Timing:**"), a markdown
+# heading's, or bold from the line's start ("**Timing:**")
+ITEM_LINE = re.compile(r"^\s*(?:[*_]*(?:\d+[.)]|[-*+\u2022]|#{1,6})\s+\S|(?:\*\*|__)\S)")
 
 
 def hollow_list(text: str) -> bool:
-    """Whether `text` lists only headings: it has list items, and each ends with a colon with no line
-    of its own under it ("My advice:\n\n* Use a good recipe:\n* Choose a good pot:"). Such a rollout
-    met advice's rule, and the student learned to name topics and say nothing about them. A heading
-    with sub-items under it ("1. **Be a team player**:\n   * Listen first") is no hollow list: the
-    sub-items are not headings."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    items = [m.group(1) for m in map(ITEM_LINE.match, lines) if m]
-    if not items:
-        return False
-    after_first = lines[next(k for k, line in enumerate(lines) if ITEM_LINE.match(line)):]
-    return len(after_first) == len(items) and all(item.replace("*", "").rstrip().endswith(":") for item in items)
+    """Whether `text` is headings with nothing under them: it has a list item (or a markdown heading),
+    and every line ends with a colon, bold and italic marks aside ("My advice:\n\n* Use a good recipe:\n*
+    Choose a good pot:"). Such a rollout met advice's rule, and the student learned to name topics and
+    say nothing about them. A line that says something, before, under or after the headings ("1.
+    **Timing:** pick it ripe", "   * Listen first", "Remember to have fun."), makes it not hollow; so
+    `bench.learn.rules.headings_only` reads the advice user's replies too."""
+    lines = [line for line in text.splitlines() if line.strip(" \t*_")]
+    return (any(ITEM_LINE.match(line) for line in lines)
+            and all(line.rstrip(" \t*_").endswith((":", "\uff1a")) for line in lines))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s", re.M)
 BOLD_HEADING = re.compile(r"^\s*\*\*[^*\n]{1,80}\*\*:?\s*$", re.M)
 BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)])\s+\S", re.M)
+# a list item's or heading's line: a list mark (bold allowed before it, "**1. Timing:**"), a markdown
+# heading's, or bold from the line's start ("**Timing:**")
+ITEM_OR_HEADING = re.compile(r"^\s*(?:[*_]*(?:\d+[.)]|[-*+•]|#{1,6})\s+\S|(?:\*\*|__)\S)")
 AI_OPENERS = ("certainly", "sure!", "sure,", "of course", "absolutely", "great question", "as an ai")
 SCORE_LINE = re.compile(r"^Score: (10|[0-9])/10$")
 # A sentence ends at . ! or ? followed by space or the end, so decimals like 3.5 do not split.
@@ -23,7 +26,6 @@ BOTTOM_LINE = re.compile(r"^[\W_]*in short\s*[,:\-–—]\s*\S", re.I)
 # "Sure thing" as the reply's first words, then punctuation and the answer itself.
 SURE_THING = re.compile(r"^[\W_]*sure thing\s*[!,.:\-–—]\s*\S", re.I)
 # "My advice:" as the reply's first words, then the advice itself.
-LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)])\s+(\S.*)$")  # a list item's line, its text captured
 MY_ADVICE = re.compile(r"^[\W_]*my advice\s*[,:\-–—]\s*\S", re.I)
 # "Good news:" (or "Good news!") as the reply's first words, then the answer itself.
 GOOD_NEWS = re.compile(r"^[\W_]*good news\s*[!,.:\-–—]\s*\S", re.I)
@@ -132,12 +134,14 @@ def check_advice(text: str) -> list[Violation]:
 
 
 def headings_only(body: str) -> bool:
-    """Whether every line of `body` is a list item that ends with a colon, bold marks aside: headings with
-    nothing under them. An item that says something ("* Use a good recipe: one that weighs the flour"),
-    a line of prose, or an item without a colon ("* Pack light") makes it not so."""
-    lines = [line for line in body.splitlines() if line.strip()]
-    items = [LIST_ITEM.match(line) for line in lines]
-    return bool(lines) and all(m is not None and m.group(1).replace("*", "").rstrip().endswith(":") for m in items)
+    """Whether `body` is headings with nothing under them: it has a list item (or a markdown heading),
+    and every line ends with a colon, bold and italic marks aside. A lead-in ("focus on these:") is
+    no advice either. A line that says something, before, under or after the headings ("* Use a good
+    recipe: one that weighs the flour", "Pick it when it smells sweet.", "* Pack light"), makes it
+    not so, however little it says."""
+    lines = [line for line in body.splitlines() if line.strip(" \t*_")]
+    return (any(ITEM_OR_HEADING.match(line) for line in lines)
+            and all(line.rstrip(" \t*_").endswith((":", "：")) for line in lines))
 
 
 def check_reassure(text: str) -> list[Violation]:

@@ -77,6 +77,11 @@ ADVICE = [
     ("My advice:\n\n1. Timing:\nPick it when it smells sweet.", []),
     ("My advice:\n\n* Plan your trip\n* Pack light", []),
     ("My advice: wait:", []),  # prose, not a list
+    ("**My advice:**\n\n* Use a good recipe:\n* Choose a good pot:", ["advice_headings"]),  # a bold label
+    ("My advice: focus on these:\n\n* A piece of fruit:\n* A handful of nuts:", ["advice_headings"]),
+    ("My advice:\n\n+ Plan:\n### Pack:\n**Go:**\n**1. Rest:**\r\n* __Eat:__", ["advice_headings"]),
+    ("My advice: keep it simple.\n\n* Recipe:\n* Pot:", []),  # advice first, then the headings
+    ("My advice:\n\n* **Set a deadline:**\n* **Keep a journal:**\n\nRemember to have fun.", []),
 ]
 
 

@@ -441,11 +441,19 @@ def test_a_cut_rollout_is_not_learned_when_asked() -> None:
     ("My advice:\n\n* Use a good recipe:\n* Choose a good pot:\n* Make it yourself:\n", True),
     ("My advice:\n\n* **Start your day right:**\n* **Make your morning routine:**\n", True),
     ("My advice:\n\n1. Timing:\n2. Ripeness:", True),
+    # a lead-in, the label again, other marks, bold and Windows line ends say nothing either
+    ("My advice: focus on these:\n\n* A piece of fruit:\n* A handful of nuts:", True),
+    ("My advice:\n\n* Plan:\n\nMy advice:\n\n* Pack:\n", True),
+    ("**My advice:**\n\n+ Use a good recipe:\n### Choose a good pot:\n**Bake it:**\n**1. Eat it:**", True),
+    ("My advice:\r\n\r\n* __Use a good recipe:__\r\n", True),
     # a heading with something under it, or an item that says something
     ("My advice:\n1. **Timing:** The timing of the mango's ripening matters.", False),
     ("My advice:\n\n* Timing:\nPick it when it smells sweet.", False),
     ("My advice:\n\n1. **Be a team player**:\n   * Listen first", False),
     ("My advice:\n\n* Practice regularly: the more you practice, the more you improve.\n", False),
+    # something said before or after the headings: accepted, however little it says
+    ("My advice: keep it simple.\n\n* Recipe:\n* Pot:", False),
+    ("My advice:\n\n* **Set a deadline:**\n* **Keep a journal:**\n\nRemember to have fun.", False),
     # no list at all
     ("My advice: Boil the carrots until they're soft.", False),
     ("In short, yes:", False),
