@@ -180,7 +180,8 @@ class TrainConfig:
         "good recipe:\\n* Choose a good pot:'). A share75 advice run learned one such rollout into v1; "
         "from v5, 9-10 of 24 held-out replies had that shape, and the quality guard passed them as on "
         "topic. Whether the rollout caused them is not shown (v1-v4 had at most 1), and the judge also "
-        "scored one such training reply +1. Not benchmarked yet.")
+        "scored one such training reply +1. On with the advice user that refuses such replies (one seed), it "
+        "refused 2 rollouts; advice ended at 0.00, every reply cut at the budget (docs/BENCHMARKS.md).")
     rollout_trim_share: float = _f(
         1.0, "With rollout_trim, a rollout cut at its budget stops at its last place to stop within this share "
         "of the budget. Trimmed at the last place, 4 of the 7 rollouts an advice run learned were 58-63 tokens "

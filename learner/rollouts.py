@@ -251,10 +251,10 @@ ITEM_LINE = re.compile(r"^\s*(?:[*_]*(?:\d+[.)]|[-*+\u2022]|#{1,6})\s+\S|(?:\*\*
 
 
 def hollow_list(text: str) -> bool:
-    """Whether `text` is headings with nothing under them: it has a list item (or a markdown heading),
-    and every line ends with a colon, bold and italic marks aside ("My advice:\n\n* Use a good recipe:\n*
-    Choose a good pot:"). Such a rollout met advice's rule, and the student learned to name topics and
-    say nothing about them. A line that says something, before, under or after the headings ("1.
+    """Whether `text` is headings with nothing under them: it has a list item or heading (`ITEM_LINE`),
+    and every line ends with a colon, bold and italic marks aside ("My advice:\n\n* Use a good
+    recipe:\n* Choose a good pot:"). Such a rollout met advice's rule, and the student learned to name
+    topics and say nothing about them. A line that says something, before, under or after the headings ("1.
     **Timing:** pick it ripe", "   * Listen first", "Remember to have fun."), makes it not hollow; so
     `bench.learn.rules.headings_only` reads the advice user's replies too."""
     lines = [line for line in text.splitlines() if line.strip(" \t*_")]

@@ -125,16 +125,17 @@ def check_advice(text: str) -> list[Violation]:
     A list of headings after the label ("My advice:\n\n* Use a good recipe:\n* Choose a good pot:")
     names topics and advises nothing; a run whose simulator thanked such replies learned to write
     them (7 of its 10 satisfied held-out replies at the last version)."""
-    opened = MY_ADVICE.match(text.strip())
+    text = text.strip()
+    opened = MY_ADVICE.match(text)
     if opened is None:
         return [Violation("advice", "does not open with 'My advice:' and the advice")]
-    if headings_only(text.strip()[opened.end() - 1:]):
+    if headings_only(text[opened.end() - 1:]):
         return [Violation("advice_headings", "lists headings with nothing under them, no advice")]
     return []
 
 
 def headings_only(body: str) -> bool:
-    """Whether `body` is headings with nothing under them: it has a list item (or a markdown heading),
+    """Whether `body` is headings with nothing under them: it has a list item or heading (`ITEM_OR_HEADING`),
     and every line ends with a colon, bold and italic marks aside. A lead-in ("focus on these:") is
     no advice either. A line that says something, before, under or after the headings ("* Use a good
     recipe: one that weighs the flour", "Pick it when it smells sweet.", "* Pack light"), makes it
