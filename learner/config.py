@@ -201,6 +201,11 @@ class TrainConfig:
         "batch mean. In an advice run the student learned 'My advice:', then wrote lists that ran out in "
         "every held-out reply. In two runs of three users it never fired: a hint on a cut reply asked for the "
         "opening phrase (a rollout is written after it) or only complained (no rollout) (docs/BENCHMARKS.md).")
+    rollout_stop_weight: float = _f(
+        1.0, "Weight of a learned rollout's closing end-of-sequence token in the rollout loss (and the replay "
+        "loss), against 1 for every other token. The stop is one token of the forty to sixty in a trimmed "
+        "rollout: with it at 1, an advice run learned the label and the list items of its rollouts, and every "
+        "final held-out reply ran on to the 64-token budget (docs/BENCHMARKS.md). 1: no extra weight.")
     rollout_replay: int = _f(
         0, "Learned rollouts of earlier batches learned again with each batch (the N most recent, from the "
         "DB): a hint that shows the wanted reply may come once in many turns, and one pass of one "
@@ -305,6 +310,8 @@ class TrainConfig:
                             "several times: set rollouts=1 or a temperature above 0")
         if self.rollout_trim_lists and not self.rollout_trim:
             problems.append("rollout_trim_lists only changes where rollout_trim cuts: set rollout_trim too")
+        if self.rollout_stop_weight < 0:
+            problems.append(f"rollout_stop_weight={self.rollout_stop_weight}: a loss weight, set it >= 0")
         if not 0 < self.rollout_trim_share <= 1:
             problems.append(f"rollout_trim_share={self.rollout_trim_share}: a share of the budget, set it in (0, 1]")
         if self.rollout_stop_in_reply and not (self.rollout_trim and self.rollout_from == "divergence"):

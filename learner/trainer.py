@@ -389,6 +389,11 @@ class Learner:
                                          stop_floor=cfg.rollout_stop_floor)
         return out
 
+    def _stop_weights(self, packed: Packed) -> torch.Tensor | float:
+        weight = self.config.rollout_stop_weight
+        return 1.0 if weight == 1 else rollouts.stop_weights(
+            packed, set(eos_token_ids(self.model, self.tokenizer)), weight)
+
     def adapter_state(self) -> dict[str, torch.Tensor]:
         """A copy of the LoRA weights in memory."""
         from peft import get_peft_model_state_dict
@@ -441,12 +446,13 @@ class Learner:
         rollout, rollout_kl = torch.zeros(()), torch.zeros(())
         if t.rollouts is not None and t.rollout_teacher is not None:
             on_rollouts = token_stats(self.model, t.rollouts, chunk=cfg.logprob_chunk).logprobs
-            rollout = rollouts.rollout_loss(on_rollouts).mean()
+            rollout = (rollouts.rollout_loss(on_rollouts) * self._stop_weights(t.rollouts)).mean()
             rollout_kl = (t.rollout_teacher - on_rollouts.detach()).mean()  # estimates KL(teacher || student)
             loss = loss + cfg.w_rollout * rollout
         replayed = torch.zeros(())
         if t.replay is not None:
-            replayed = rollouts.rollout_loss(token_stats(self.model, t.replay, chunk=cfg.logprob_chunk).logprobs).mean()
+            on_replay = token_stats(self.model, t.replay, chunk=cfg.logprob_chunk).logprobs
+            replayed = (rollouts.rollout_loss(on_replay) * self._stop_weights(t.replay)).mean()
             loss = loss + cfg.w_rollout * replayed
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -462,3 +462,25 @@ def test_opd_no_repeat_takes_back_the_teachers_vote_for_a_repeat(maker: TurnMake
     on = learner._targets([sample]).opd_adv
     assert (on[again] <= 0).all()
     assert torch.equal(on[~again], off[~again]) and (on[:2] > 0).any()
+
+
+
+def test_rollout_stop_weight_teaches_a_rollouts_stop_harder(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    # the stop-in-reply rollout of the test above: the list up to its second item, then the stop
+    user, hint = "What should I pack for a day hike?", "Way too long. Keep it much shorter."
+    listed = "My advice:\n1. Pack water.\n2. Pack a snack.\n3. Bring a map and a"
+    prompt = maker.prompt_ids([{"role": "user", "content": user}])
+    served = maker.response_ids(listed)[:-1]
+    end = max(k for k in range(len(served)) if maker.tokenizer.decode(served[:k]).rstrip().endswith("snack."))
+    trimmed = [*served[:end], maker.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    stop_before = maker.logprobs(prompt, trimmed)[-1]
+    maker.add(db, user, listed, score=-1, hint=hint, cut=True, params={"max_new_tokens": len(served)})
+    tuned = _train(settings, session_factory, db, maker, model_path, extra=1, opd_mode="token", rollouts=1,
+                   rollout_from="divergence", rollout_divergence_margin=100.0, rollout_trim=True,
+                   rollout_trim_lists=True, rollout_drop_cut=True, rollout_stop_in_reply=True,
+                   rollout_min_gain=-100.0, rollout_min_relevance=0.0, rollout_grounding_tokens=0,
+                   rollout_stop_weight=10.0)
+    # the same training at weight 1 raised the stop's logprob by 7.3 nats, at 10 by 10.8
+    assert maker.logprobs(prompt, trimmed, model=tuned)[-1] > stop_before + 9.0

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from learner.config import TrainConfig
+from learner.logprobs import pack
 from learner.rollouts import (
     NoRepeatInReply,
     Verdict,
@@ -27,6 +28,7 @@ from learner.rollouts import (
     scored,
     screen,
     share_in,
+    stop_weights,
     trim_to_sentence,
 )
 from learner.samples import NEUTRAL_REQUEST, Sample, neutral_prompt_ids, opening_request
@@ -512,3 +514,12 @@ def test_a_rollout_written_with_no_repeat_holds_no_ngram_twice(model_path: str) 
 def test_where_a_list_item_begins_is_read_from_the_whole_reply_not_the_teachers_part(
         reply: list[int], start: int, expected: list[int]) -> None:
     assert trim_to_sentence(reply, start=start, decode=_decode_list, eos_ids=[10], list_items=True) == expected
+
+
+def test_stop_weights_weigh_each_rollouts_closing_stop_and_nothing_else() -> None:
+    eos = {2}
+    # a rollout that stops, one cut at its budget, one whose stop is its only token, one with a stop inside
+    packed = pack([[7], [7, 8], [9], [7]], [[5, 6, 2], [5, 6], [2], [2, 5, 2]], "cpu")
+    weights = stop_weights(packed, eos, 8.0)
+    assert weights.tolist() == [1, 1, 8, 1, 1, 8, 1, 1, 8]
+    assert stop_weights(packed, eos, 0.0).tolist() == [1, 1, 0, 1, 1, 0, 1, 1, 0]
