@@ -187,7 +187,9 @@ class TrainConfig:
         "of the budget. Trimmed at the last place, 4 of the 7 rollouts an advice run learned were 58-63 tokens "
         "against a 64-token budget, and after one more 60-token list the student wrote lists that ran out in "
         "22 of 24 held-out replies; a reply learned right at the budget leaves no room for the student's own "
-        "variation. At 0.75 two seeds of advice ended at 1.00 and 0.75 (docs/BENCHMARKS.md). 1: anywhere.")
+        "variation. At 0.75 two seeds of advice ended at 1.00 and 0.75, but under the advice user that refuses "
+        "lists of headings every reply ran out again; at 0.5 (one seed) advice ended at 0.58 (docs/BENCHMARKS.md). "
+        "1: anywhere.")
     rollout_drop_cut: bool = _f(
         False, "Do not learn a rollout that ran into its token budget (with rollout_trim, one that still has no "
         "place to stop): learned, it teaches the student to write past the budget, which cuts its reply off.")
@@ -205,7 +207,10 @@ class TrainConfig:
         1.0, "Weight of a learned rollout's closing end-of-sequence token in the rollout loss (and the replay "
         "loss), against 1 for every other token. The stop is one token of the forty to sixty in a trimmed "
         "rollout: with it at 1, an advice run learned the label and the list items of its rollouts, and every "
-        "final held-out reply ran on to the 64-token budget (docs/BENCHMARKS.md). 1: no extra weight.")
+        "final held-out reply ran on to the 64-token budget. Tried once at 10 (share 0.5, seed 0, advice): it "
+        "learned 7 rollouts and ended at 0.33 (guard 0.58), 13 of 24 side replies cut, against 0.58 (0.83) "
+        "and 13 cut at 1 "
+        "(docs/BENCHMARKS.md); not shown to help. 1: no extra weight.")
     rollout_replay: int = _f(
         0, "Learned rollouts of earlier batches learned again with each batch (the N most recent, from the "
         "DB): a hint that shows the wanted reply may come once in many turns, and one pass of one "
