@@ -386,17 +386,20 @@ def stops_after(text: str, following: str, *, list_items: bool = False) -> bool:
 
 
 def trim_to_sentence(reply: list[int], *, start: int, decode: Any, eos_ids: list[int],
-                     list_items: bool = False, limit: int | None = None) -> list[int]:
+                     list_items: bool = False, limit: int | None = None, finished_too: bool = False) -> list[int]:
     """A rollout cut at its token budget, up to the end of its last full sentence after `start` (the
     tokens the student wrote; with `list_items`, or of its last finished list item) within its first
-    `limit` tokens, then the first of `eos_ids`; unchanged when it ended by itself or has no such end
-    there. Learned as cut, a rollout teaches the student to run on at every point where it could have
+    `limit` tokens, then the first of `eos_ids`; unchanged when it has no such end there, or when it
+    ended by itself (with `finished_too`, when it ended by itself and its words fit in `limit`).
+    Learned as cut, a rollout teaches the student to run on at every point where it could have
     stopped, and the budget then cuts the student's reply off too."""
-    if reply and reply[-1] in eos_ids:
+    ended = bool(reply) and reply[-1] in eos_ids
+    if ended and (not finished_too or limit is None or len(reply) - 1 <= limit):
         return reply
-    for end in range(len(reply) if limit is None else min(len(reply), limit), start, -1):
-        if stops_after(decode(reply[:end]), decode(reply[end:end + 1]), list_items=list_items):
-            return [*reply[:end], eos_ids[0]]
+    words = reply[:-1] if ended else reply
+    for end in range(len(words) if limit is None else min(len(words), limit), start, -1):
+        if stops_after(decode(words[:end]), decode(words[end:end + 1]), list_items=list_items):
+            return [*words[:end], eos_ids[0]]
     return reply
 
 

@@ -351,7 +351,8 @@ class Learner:
                 r.reply, start=0 if cfg.rollout_stop_in_reply and r.turn not in asked else r.own,
                 decode=self.tokenizer.decode, eos_ids=eos, list_items=cfg.rollout_trim_lists,
                 limit=None if cfg.rollout_trim_share == 1
-                else int(cfg.rollout_trim_share * max(budget[r.turn], len(r.reply))))
+                else int(cfg.rollout_trim_share * max(budget[r.turn], len(r.reply))),
+                finished_too=cfg.rollout_trim_finished)
             r.own = min(r.own, len(r.reply) - 1)  # a stop is the teacher's
         # a stop-only rollout with no place to stop in it holds nothing the teacher wrote
         return [r for r in found if not r.stop_only or r.reply[-1] in eos]

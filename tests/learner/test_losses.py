@@ -133,6 +133,8 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(rollout_stop_in_reply=True, rollout_trim=True)
     with pytest.raises(ValueError, match="rollout_asked_phrase learns"):
         TrainConfig(rollout_asked_phrase=True)
+    with pytest.raises(ValueError, match="rollout_trim_finished trims within"):
+        TrainConfig(rollout_trim_finished=True, rollout_trim=True)
     with pytest.raises(ValueError, match="rollout_stop_weight"):
         TrainConfig(rollout_stop_weight=-1.0)
     with pytest.raises(ValueError, match="rollout_trim_share"):

@@ -404,6 +404,21 @@ def test_a_cut_rollout_trimmed_within_a_share_of_its_budget_stops_at_the_last_pl
     assert trim_to_sentence(reply, start=0, decode=_decode, eos_ids=[11], limit=3) == reply
 
 
+def test_with_finished_too_a_rollout_that_ended_past_the_share_is_trimmed_within_it() -> None:
+    # "Imagine a pipe. Data flows like water!" and its stop: 9 words and the stop
+    ended = [0, 1, 2, 3, 4, 5, 6, 7, 8, 11]
+    assert trim_to_sentence(ended, start=0, decode=_decode, eos_ids=[11], limit=8) == ended
+    assert trim_to_sentence(ended, start=0, decode=_decode, eos_ids=[11], limit=8, finished_too=True) == [
+        0, 1, 2, 3, 11]
+    # its words fit the share: learned as written, and so is one with no place to stop within it
+    assert trim_to_sentence(ended, start=0, decode=_decode, eos_ids=[11], limit=9, finished_too=True) == ended
+    assert trim_to_sentence(ended, start=0, decode=_decode, eos_ids=[11], limit=3, finished_too=True) == ended
+    # a finished list past the share keeps its items that end within it
+    listed = [0, 1, 2, 3, 4, 1, 5, 6, 7, 1, 8, 9, 10]
+    assert trim_to_sentence(listed, start=1, decode=_decode_list, eos_ids=[10], list_items=True, limit=9,
+                            finished_too=True) == [0, 1, 2, 3, 4, 1, 5, 6, 7, 10]
+
+
 LIST = ["My advice:", "\n", "1.", " Save", " first", "2.", " Cut", " costs", " Spend", " less.", "<end>"]
 
 
