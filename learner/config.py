@@ -51,6 +51,15 @@ class TrainConfig:
         "with kl_coef 0 it only scales the loss, which AdamW mostly normalises away (the gradient clip bites "
         "less often).")
     w_opd: float = _f(1.0, "Weight of the distillation advantage (token) or loss (topk).")
+    unlikelihood_ngram: int = _f(
+        0, "Unlikelihood on repeats: every sampled reply's tokens inside a token n-gram of this length that "
+        "already occurred in that reply (`losses.repeats`) get the loss -log(1 - p), whatever the reply's "
+        "score. An advice run (share 0.5, seed 1) ended with every side reply saying its label over and over "
+        "('My advice:\n\nMy advice:\n\n...', 23 of 24 cut at v5-v7); the user scores such a reply -1, but when "
+        "the whole batch is -1 the batch-mean baseline leaves RL nothing to push with. 0: off.")
+    w_unlikelihood: float = _f(
+        1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
+        "response tokens).")
     opd_clip: float = _f(5.0, "OPD token advantage is clipped to [-c, c].")
     opd_no_repeat: int = _f(
         0, "Token OPD: a sampled token inside a token n-gram of this length that already occurred in its reply "
@@ -305,6 +314,9 @@ class TrainConfig:
             problems.append(f"lr={self.lr}: set a positive rate, or None for the device default")
         if self.rollouts < 0 or self.rollout_temperature < 0 or self.rollout_max_tokens < 1 or self.w_rollout < 0:
             problems.append("rollouts, rollout_temperature and w_rollout must be >= 0, rollout_max_tokens >= 1")
+        if self.unlikelihood_ngram == 1 or self.unlikelihood_ngram < 0 or self.w_unlikelihood < 0:
+            problems.append(f"unlikelihood_ngram={self.unlikelihood_ngram}: set 0 (off) or 2 and up, and "
+                            "w_unlikelihood >= 0")
         if self.opd_no_repeat == 1 or self.opd_no_repeat < 0:
             problems.append(f"opd_no_repeat={self.opd_no_repeat}: set 0 (off) or 2 and up")
         if self.rollout_no_repeat == 1 or self.rollout_no_repeat < 0:

@@ -63,6 +63,13 @@ def repeats(ids: list[int], n: int) -> torch.Tensor:
     return out
 
 
+def unlikelihood(logp: torch.Tensor) -> torch.Tensor:
+    """Per-token -log(1 - p): pushes down a token the student should not have written (Welleck et al.,
+    "Neural Text Generation with Unlikelihood Training", 2019). Unlike a negative advantage its pull
+    grows as p nears 1, where a loop's tokens sit once it has set in."""
+    return -torch.log1p(-logp.exp().clamp(max=1 - 1e-6))
+
+
 def topk_reverse_kl(
     student_topk: torch.Tensor,
     student_tail: torch.Tensor,

@@ -51,6 +51,7 @@ from learner.losses import (
     tail_logprob,
     topk_forward_kl,
     topk_reverse_kl,
+    unlikelihood,
 )
 from learner.samples import (
     HINT_HEADER,
@@ -85,6 +86,7 @@ class BatchTargets:
     # (sample index, text and verdict) of every rollout written, kept or not, for review
     rollout_notes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     replay: Packed | None = None  # rollouts learned in earlier batches, learned again (rollout_replay)
+    repeated: torch.Tensor | None = None  # [n] bools: the token repeats an n-gram of its reply (unlikelihood_ngram)
 
 
 @dataclass
@@ -214,6 +216,9 @@ class Learner:
             self._teacher(samples, distilled, student, out)
         if hinted and cfg.rollouts:
             self._rollouts(samples, hinted, out)
+        if cfg.unlikelihood_ngram:
+            again = torch.cat([repeats(s.response_ids, cfg.unlikelihood_ngram) for s in samples]).to(self.device)
+            out.repeated = again if again.any() else None
         out.advantage = out.rl_adv + out.opd_adv
         return out
 
@@ -455,6 +460,11 @@ class Learner:
             on_replay = token_stats(self.model, t.replay, chunk=cfg.logprob_chunk).logprobs
             replayed = (rollouts.rollout_loss(on_replay) * self._stop_weights(t.replay)).mean()
             loss = loss + cfg.w_rollout * replayed
+        unlikely = torch.zeros(())
+        if t.repeated is not None:
+            # over all response tokens, so a loop weighs by how much of the batch it fills
+            unlikely = unlikelihood(stats.logprobs[t.repeated]).sum() / len(t.repeated)
+            loss = loss + cfg.w_unlikelihood * unlikely
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -477,6 +487,8 @@ class Learner:
             "rollout_tokens": int(t.rollouts.targets.shape[0]) if t.rollouts is not None else 0,
             "replay_loss": float(replayed.detach()),
             "replay_tokens": int(t.replay.targets.shape[0]) if t.replay is not None else 0,
+            "unlikelihood": float(unlikely.detach()),
+            "repeated_tokens": int(t.repeated.sum()) if t.repeated is not None else 0,
             "ratio_mean": float(ratio.detach().mean()),
             "ratio_max": float(ratio.detach().max()),
             "grad_norm": float(grad_norm),

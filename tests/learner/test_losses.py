@@ -17,6 +17,7 @@ from learner.losses import (
     tail_logprob,
     topk_forward_kl,
     topk_reverse_kl,
+    unlikelihood,
 )
 from learner.rollouts import rollout_loss
 
@@ -74,6 +75,16 @@ def test_repeats_marks_every_token_of_an_ngram_seen_before() -> None:
     assert repeats([5, 7, 8, 6, 7, 8], 2).tolist() == [False, False, False, False, True, True]
     assert not repeats([5, 7, 8, 6, 7, 8], 3).any()
     assert not repeats([1, 2, 3, 4], 2).any() and repeats([], 3).tolist() == []
+
+
+def test_unlikelihood_is_minus_log_one_minus_p_and_pushes_the_token_down() -> None:
+    logp = torch.tensor([math.log(0.5), math.log(0.9), -20.0], requires_grad=True)
+    loss = unlikelihood(logp)
+    assert loss.tolist() == pytest.approx([math.log(2), math.log(10), 0.0], abs=1e-5)
+    loss.sum().backward()
+    assert logp.grad is not None and (logp.grad[:2] > 0).all()  # descent lowers each token's logprob
+    assert logp.grad[1] > logp.grad[0]  # and harder the likelier it already is
+    assert torch.isfinite(unlikelihood(torch.zeros(1))).all()  # p = 1 stays finite
 
 
 def test_topk_reverse_kl_zero_when_equal_and_reaches_unsampled_tokens() -> None:
@@ -135,6 +146,10 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(rollout_asked_phrase=True)
     with pytest.raises(ValueError, match="rollout_trim_finished trims within"):
         TrainConfig(rollout_trim_finished=True, rollout_trim=True)
+    with pytest.raises(ValueError, match="unlikelihood_ngram"):
+        TrainConfig(unlikelihood_ngram=1)
+    with pytest.raises(ValueError, match="unlikelihood_ngram"):
+        TrainConfig(unlikelihood_ngram=4, w_unlikelihood=-1.0)
     with pytest.raises(ValueError, match="rollout_stop_weight"):
         TrainConfig(rollout_stop_weight=-1.0)
     with pytest.raises(ValueError, match="rollout_trim_share"):

@@ -484,3 +484,20 @@ def test_rollout_stop_weight_teaches_a_rollouts_stop_harder(
                    rollout_stop_weight=10.0)
     # the same training at weight 1 raised the stop's logprob by 7.3 nats, at 10 by 10.8
     assert maker.logprobs(prompt, trimmed, model=tuned)[-1] > stop_before + 9.0
+
+
+
+def test_unlikelihood_ngram_pushes_down_a_reply_that_says_its_label_again(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    user, looped = "What should I cook tonight?", "My advice:\n\nMy advice:\n\nMy advice:\n\nMy advice:"
+    prompt = maker.prompt_ids([{"role": "user", "content": user}])
+    reply = maker.response_ids(looped)[:-1]
+    again = repeats(reply, 4)
+    before = torch.tensor(maker.logprobs(prompt, reply))[again].mean()
+    maker.add(db, user, looped, score=-1, hint="Say it once and then the advice.")
+    tuned = _train(settings, session_factory, db, maker, model_path, extra=1, opd_mode="token",
+                   unlikelihood_ngram=4, w_unlikelihood=5.0)
+    # the repeat's tokens averaged -2.09 nats before; the same training without unlikelihood raised
+    # them to -1.71 (the hinted teacher favours saying its label again), with it they fell to -2.83
+    assert torch.tensor(maker.logprobs(prompt, reply, model=tuned))[again].mean() < before - 0.5
