@@ -56,7 +56,10 @@ class TrainConfig:
         "already occurred in that reply (`losses.repeats`) get the loss -log(1 - p), whatever the reply's "
         "score. An advice run (share 0.5, seed 1) ended with every side reply saying its label over and over "
         "('My advice:\n\nMy advice:\n\n...', 23 of 24 cut at v5-v7); the user scores such a reply -1, but when "
-        "the whole batch is -1 the batch-mean baseline leaves RL nothing to push with. 0: off.")
+        "the whole batch is -1 the batch-mean baseline leaves RL nothing to push with. Tried once on that seed "
+        "(4, weight 2): advice read 0.67 at v4-v5, then every reply was the label and a stop (0.00 at the end): "
+        "it says what not to write, not what to write instead, and what the student wrote instead was the stop. "
+        "0: off.")
     w_unlikelihood: float = _f(
         1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
         "response tokens).")
@@ -204,7 +207,9 @@ class TrainConfig:
         "trimmed too, to its last place to stop within it. The share's reason, room under the budget for the "
         "student's own variation, holds for them as well: at share 0.5 an advice run learned lists the teacher "
         "finished at 44 and 55 tokens of 64 while its trimmed rollouts stopped within 32, and its side replies "
-        "ran out again (7 to 19 of 24 from v5).")
+        "ran out again (7 to 19 of 24 from v5). On share 0.5's second advice seed (one run) 2 of 24 side replies "
+        "ran out at the end against 23 without it, but most were the label alone or said twice (0.17 against "
+        "0.00).")
     rollout_drop_cut: bool = _f(
         False, "Do not learn a rollout that ran into its token budget (with rollout_trim, one that still has no "
         "place to stop): learned, it teaches the student to write past the budget, which cuts its reply off.")
