@@ -58,7 +58,8 @@ class TrainConfig:
         "('My advice:\n\nMy advice:\n\n...', 23 of 24 cut at v5-v7); the user scores such a reply -1, but when "
         "the whole batch is -1 the batch-mean baseline leaves RL nothing to push with. Tried once on that seed "
         "(4, weight 2): advice read 0.67 at v4-v5, then every reply was the label and a stop (0.00 at the end): "
-        "it says what not to write, not what to write instead, and what the student wrote instead was the stop. "
+        "it says what not to write, not what to write instead, and what the student wrote instead was the stop; "
+        "the learner's per-step KL estimate to the base went from under 1 to 132 by v7 (other runs: at most 3). "
         "0: off.")
     w_unlikelihood: float = _f(
         1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
