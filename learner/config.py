@@ -205,7 +205,8 @@ class TrainConfig:
         "1: anywhere.")
     rollout_trim_finished: bool = _f(
         False, "With rollout_trim_share below 1, a rollout that ended by itself past that share of its budget is "
-        "trimmed too, to its last place to stop within it. The share's reason, room under the budget for the "
+        "trimmed too, to its last place to stop within it (one with no place to stop there is learned whole). "
+        "The share's reason, room under the budget for the "
         "student's own variation, holds for them as well: at share 0.5 an advice run learned lists the teacher "
         "finished at 44 and 55 tokens of 64 while its trimmed rollouts stopped within 32, and its side replies "
         "ran out again (7 to 19 of 24 from v5). On share 0.5's second advice seed (one run) 2 of 24 side replies "
@@ -320,9 +321,10 @@ class TrainConfig:
             problems.append(f"lr={self.lr}: set a positive rate, or None for the device default")
         if self.rollouts < 0 or self.rollout_temperature < 0 or self.rollout_max_tokens < 1 or self.w_rollout < 0:
             problems.append("rollouts, rollout_temperature and w_rollout must be >= 0, rollout_max_tokens >= 1")
-        if self.unlikelihood_ngram == 1 or self.unlikelihood_ngram < 0 or self.w_unlikelihood < 0:
-            problems.append(f"unlikelihood_ngram={self.unlikelihood_ngram}: set 0 (off) or 2 and up, and "
-                            "w_unlikelihood >= 0")
+        if self.unlikelihood_ngram == 1 or self.unlikelihood_ngram < 0:
+            problems.append(f"unlikelihood_ngram={self.unlikelihood_ngram}: set 0 (off) or 2 and up")
+        if self.w_unlikelihood < 0:
+            problems.append(f"w_unlikelihood={self.w_unlikelihood}: a loss weight, set it >= 0")
         if self.opd_no_repeat == 1 or self.opd_no_repeat < 0:
             problems.append(f"opd_no_repeat={self.opd_no_repeat}: set 0 (off) or 2 and up")
         if self.rollout_no_repeat == 1 or self.rollout_no_repeat < 0:

@@ -66,7 +66,10 @@ def repeats(ids: list[int], n: int) -> torch.Tensor:
 def unlikelihood(logp: torch.Tensor) -> torch.Tensor:
     """Per-token -log(1 - p): pushes down a token the student should not have written (Welleck et al.,
     "Neural Text Generation with Unlikelihood Training", 2019). Unlike a negative advantage its pull
-    grows as p nears 1, where a loop's tokens sit once it has set in."""
+    grows as p nears 1, where a loop's tokens sit once it has set in: the gradient on the logprob is
+    p / (1 - p), unbounded but for the clamp (above 1 - 1e-6 the loss is constant and gives none).
+    Only the gradient-norm clip holds a step back, and in its one benchmark run the KL to the base ran
+    away."""
     return -torch.log1p(-logp.exp().clamp(max=1 - 1e-6))
 
 

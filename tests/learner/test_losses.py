@@ -148,7 +148,7 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(rollout_trim_finished=True, rollout_trim=True)
     with pytest.raises(ValueError, match="unlikelihood_ngram"):
         TrainConfig(unlikelihood_ngram=1)
-    with pytest.raises(ValueError, match="unlikelihood_ngram"):
+    with pytest.raises(ValueError, match="w_unlikelihood=-1.0: a loss weight"):
         TrainConfig(unlikelihood_ngram=4, w_unlikelihood=-1.0)
     with pytest.raises(ValueError, match="rollout_stop_weight"):
         TrainConfig(rollout_stop_weight=-1.0)
