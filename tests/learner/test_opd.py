@@ -221,6 +221,23 @@ def test_a_rollout_for_a_hint_that_names_an_opening_is_written_after_that_openin
     assert not tiny.advantage.get("rollouts")
 
 
+# a reply cut at its budget in its third list item, and a hint that asks for nothing it does not already do
+HIKE, SHORTER = "What should I pack for a day hike?", "Way too long. Keep it much shorter."
+HIKE_LIST = "My advice:\n1. Pack water.\n2. Pack a snack.\n3. Bring a map and a"
+# the student's reply learned up to where it could have stopped (the huge margin: the hint asks for nothing else)
+STOP_IN_REPLY = {"opd_mode": "token", "rollouts": 1, "rollout_from": "divergence", "rollout_divergence_margin": 100.0,
+                 "rollout_trim": True, "rollout_trim_lists": True, "rollout_drop_cut": True,
+                 "rollout_min_gain": -100.0, "rollout_min_relevance": 0.0, "rollout_grounding_tokens": 0}
+
+
+def _hike_list(maker: TurnMaker, last: str) -> tuple[list[int], list[int]]:
+    """HIKE_LIST's tokens as served (cut, no stop), and them through `last` and the whitespace after it (as
+    every trim keeps), then the stop."""
+    served = maker.response_ids(HIKE_LIST)[:-1]
+    end = max(k for k in range(len(served)) if maker.tokenizer.decode(served[:k]).rstrip().endswith(last))
+    return served, [*served[:end], maker.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+
+
 @pytest.mark.parametrize(("stop_in_reply", "share", "last"), [
     (False, 1.0, "snack."), (True, 1.0, "snack."),
     (True, 0.6, "water."),  # within 60% of the budget the first item is the last finished one
@@ -229,35 +246,26 @@ def test_with_rollout_stop_in_reply_a_reply_that_ran_out_is_learned_up_to_its_la
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str,
     stop_in_reply: bool, share: float, last: str,
 ) -> None:
-    user, hint = "What should I pack for a day hike?", "Way too long. Keep it much shorter."
-    listed = "My advice:\n1. Pack water.\n2. Pack a snack.\n3. Bring a map and a"
     unbroken = "Hiking is a great way to spend a day outdoors and you will want to bring"
-    msgs = [{"role": "user", "content": user}]
-    prompt, t_prompt = maker.prompt_ids(msgs), maker.prompt_ids(teacher_messages(msgs, hint))
-    stop = maker.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    served = maker.response_ids(listed)[:-1]
-    # the reply's own tokens through its last finished sentence, and the whitespace after it (as every trim keeps)
-    end = max(k for k in range(len(served)) if maker.tokenizer.decode(served[:k]).rstrip().endswith(last))
-    assert end <= share * len(served) < len(served) - 5 or share == 1
-    trimmed = [*served[:end], stop]
+    msgs = [{"role": "user", "content": HIKE}]
+    prompt, t_prompt = maker.prompt_ids(msgs), maker.prompt_ids(teacher_messages(msgs, SHORTER))
+    served, trimmed = _hike_list(maker, last)
+    assert len(trimmed) - 1 <= share * len(served) < len(served) - 5 or share == 1
     stop_before = maker.logprobs(prompt, trimmed)[-1]
-    # both ran into their budget; the huge margin means the hint asks for nothing else at any token
-    ran_out = maker.add(db, user, listed, score=-1, hint=hint, cut=True,
+    # both ran into their budget
+    ran_out = maker.add(db, HIKE, HIKE_LIST, score=-1, hint=SHORTER, cut=True,
                         params={"max_new_tokens": len(served)})
-    no_stop = maker.add(db, user, unbroken, score=-1, hint=hint, cut=True,
+    no_stop = maker.add(db, HIKE, unbroken, score=-1, hint=SHORTER, cut=True,
                         params={"max_new_tokens": len(maker.response_ids(unbroken)) - 1})
-    tuned = _train(settings, session_factory, db, maker, model_path, extra=2, opd_mode="token", rollouts=1,
-                   rollout_from="divergence", rollout_divergence_margin=100.0, rollout_trim=True,
-                   rollout_trim_lists=True, rollout_drop_cut=True, rollout_stop_in_reply=stop_in_reply,
-                   rollout_min_gain=-100.0, rollout_min_relevance=0.0, rollout_grounding_tokens=0,
-                   rollout_trim_share=share)
+    tuned = _train(settings, session_factory, db, maker, model_path, extra=2, **STOP_IN_REPLY,
+                   rollout_stop_in_reply=stop_in_reply, rollout_trim_share=share)
     db.expire_all()
     assert not no_stop.advantage.get("rollouts")  # nowhere to stop: nothing to learn
     if not stop_in_reply:
         assert not ran_out.advantage.get("rollouts")
         return
     (note,) = ran_out.advantage["rollouts"]
-    assert note["text"].rstrip() == listed[:listed.index(last) + len(last)] and note["learned"]
+    assert note["text"].rstrip() == HIKE_LIST[:HIKE_LIST.index(last) + len(last)] and note["learned"]
     assert note["finished"] is True
     assert note["kept_from"] == len(trimmed) - 1  # the teacher's part is the stop alone
     # its gain: the hinted teacher's stop logprob there minus the student's (a fresh adapter: the base)
@@ -468,23 +476,15 @@ def test_opd_no_repeat_takes_back_the_teachers_vote_for_a_repeat(maker: TurnMake
 def test_rollout_stop_weight_teaches_a_rollouts_stop_harder(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
-    # the stop-in-reply rollout of the test above: the list up to its second item, then the stop
-    user, hint = "What should I pack for a day hike?", "Way too long. Keep it much shorter."
-    listed = "My advice:\n1. Pack water.\n2. Pack a snack.\n3. Bring a map and a"
-    prompt = maker.prompt_ids([{"role": "user", "content": user}])
-    served = maker.response_ids(listed)[:-1]
-    end = max(k for k in range(len(served)) if maker.tokenizer.decode(served[:k]).rstrip().endswith("snack."))
-    trimmed = [*served[:end], maker.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    # the stop-in-reply rollout: the list up to its second item, then the stop
+    prompt = maker.prompt_ids([{"role": "user", "content": HIKE}])
+    served, trimmed = _hike_list(maker, "snack.")
     stop_before = maker.logprobs(prompt, trimmed)[-1]
-    maker.add(db, user, listed, score=-1, hint=hint, cut=True, params={"max_new_tokens": len(served)})
-    tuned = _train(settings, session_factory, db, maker, model_path, extra=1, opd_mode="token", rollouts=1,
-                   rollout_from="divergence", rollout_divergence_margin=100.0, rollout_trim=True,
-                   rollout_trim_lists=True, rollout_drop_cut=True, rollout_stop_in_reply=True,
-                   rollout_min_gain=-100.0, rollout_min_relevance=0.0, rollout_grounding_tokens=0,
-                   rollout_stop_weight=10.0)
+    maker.add(db, HIKE, HIKE_LIST, score=-1, hint=SHORTER, cut=True, params={"max_new_tokens": len(served)})
+    tuned = _train(settings, session_factory, db, maker, model_path, extra=1, **STOP_IN_REPLY,
+                   rollout_stop_in_reply=True, rollout_stop_weight=10.0)
     # the same training at weight 1 raised the stop's logprob by 7.3 nats, at 10 by 10.8
     assert maker.logprobs(prompt, trimmed, model=tuned)[-1] > stop_before + 9.0
-
 
 
 def test_unlikelihood_ngram_pushes_down_a_reply_that_says_its_label_again(
