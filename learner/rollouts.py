@@ -448,10 +448,7 @@ def stop_weights(rollouts: Packed, eos: set[int], weight: float) -> torch.Tensor
 
     Averaged over tokens, a rollout's stop is one token of forty to sixty, while where it falls decides
     whether the student's reply ends inside the budget at all."""
-    out = torch.ones(len(rollouts.targets), device=rollouts.targets.device)
-    end = 0
-    for length in rollouts.lengths:
-        end += length
-        if int(rollouts.targets[end - 1]) in eos:
-            out[end - 1] = weight
-    return out
+    targets = rollouts.targets
+    ends = torch.tensor(rollouts.lengths, device=targets.device).cumsum(0) - 1  # each rollout's last token
+    closing = ends[torch.isin(targets[ends], torch.tensor(sorted(eos), device=targets.device))]
+    return torch.ones(len(targets), device=targets.device).index_fill(0, closing, weight)
