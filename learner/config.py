@@ -370,8 +370,28 @@ class TrainConfig:
             problems.append(f"rollback_min_turns={self.rollback_min_turns}: set 1 or more")
         if self.opd_clip <= 0 or self.max_staleness < 0 or self.kl_coef < 0:
             problems.append("opd_clip must be > 0, max_staleness and kl_coef >= 0")
+        problems += self._idle_options()
         if problems:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+
+    def _idle_options(self) -> list[str]:
+        """Options set away from their default while the feature they tune is off: a saved config that
+        says `rollout_stop_weight` 10 with no rollouts would train exactly as without it."""
+        default = TrainConfig.__dataclass_fields__
+        idle = {
+            "rollouts (set 1 or more)": (self.rollouts == 0, ("rollout_stop_weight",)),
+            "unlikelihood_ngram (set 2 or more)": (self.unlikelihood_ngram == 0, ("w_unlikelihood",)),
+            "publish_check or publish_check_canary (set either above 0)": (
+                not self.checks_before_publish,
+                ("publish_check_tokens", "publish_check_tries", "publish_check_slack", "publish_check_drop",
+                 "publish_check_max_repeat")),
+        }
+        out = []
+        for needs, (off, names) in idle.items():
+            moved = [name for name in names if off and getattr(self, name) != default[name].default]
+            if moved:
+                out.append(f"{', '.join(moved)}: used only with {needs}")
+        return out
 
     def resolved_lr(self, device: str) -> float:
         if self.lr is not None:
