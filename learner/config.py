@@ -382,10 +382,11 @@ class TrainConfig:
 
     def _idle_options(self) -> list[str]:
         """Options set away from their default while the feature they tune is off: a saved config that
-        says `rollout_stop_weight` 10 with no rollouts would train exactly as without it."""
+        says `rollout_stop_weight` 10 with no rollouts and no replay would train exactly as without it."""
         default = TrainConfig.__dataclass_fields__
         idle = {
-            "rollouts (set 1 or more)": (self.rollouts == 0, ("rollout_stop_weight",)),
+            "rollouts or rollout_replay (set either above 0)": (self.rollouts == 0 and self.rollout_replay == 0,
+                                                                ("rollout_stop_weight",)),
             "unlikelihood_ngram (set 2 or more)": (self.unlikelihood_ngram == 0, ("w_unlikelihood",)),
             "publish_check or publish_check_canary (set either above 0)": (
                 not self.checks_before_publish,

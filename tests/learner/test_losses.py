@@ -152,13 +152,15 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(unlikelihood_ngram=4, w_unlikelihood=-1.0)
     with pytest.raises(ValueError, match="rollout_stop_weight"):
         TrainConfig(rollout_stop_weight=-1.0)
-    with pytest.raises(ValueError, match="rollout_stop_weight: used only with rollouts"):
+    with pytest.raises(ValueError, match="rollout_stop_weight: used only with rollouts or rollout_replay"):
         TrainConfig(rollout_stop_weight=10.0)
     with pytest.raises(ValueError, match="w_unlikelihood: used only with unlikelihood_ngram"):
         TrainConfig(w_unlikelihood=0.5)
     with pytest.raises(ValueError, match="publish_check_slack, publish_check_drop: used only with publish_check"):
         TrainConfig(publish_check_slack=1, publish_check_drop=0.5)
     assert TrainConfig(rollouts=1, rollout_stop_weight=10.0).rollout_stop_weight == 10.0
+    assert TrainConfig(rollout_replay=4, rollout_stop_weight=10.0).rollout_stop_weight == 10.0  # the replay loss
+    assert TrainConfig(unlikelihood_ngram=4, w_unlikelihood=0.5).w_unlikelihood == 0.5
     assert TrainConfig(publish_check_canary=4, publish_check_slack=1).publish_check_slack == 1
     with pytest.raises(ValueError, match="rollout_trim_share"):
         TrainConfig(rollout_trim_share=0.0)
