@@ -11,14 +11,14 @@ from peft import PeftModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from core.modelload import load_model
+from core.modelload import eos_token_ids, load_model
 from core.models import AdapterVersion, Turn
 from core.settings import Settings
 from core.tokens import unpack_ids
 from learner.config import TrainConfig
 from learner.losses import repeats, tail_logprob, topk_reverse_kl
 from learner.run import run_train_step
-from learner.samples import Sample, teacher_messages
+from learner.samples import Sample, replay_rollouts, teacher_messages
 from learner.trainer import Learner
 from tests.learner.factories import TurnMaker
 
@@ -501,3 +501,23 @@ def test_unlikelihood_ngram_pushes_down_a_reply_that_says_its_label_again(
     # the repeat's tokens averaged -2.09 nats before; the same training without unlikelihood raised
     # them to -1.71 (the hinted teacher favours saying its label again), with it they fell to -2.83
     assert torch.tensor(maker.logprobs(prompt, reply, model=tuned))[again].mean() < before - 0.5
+
+
+def test_rollout_stop_weight_weighs_a_replayed_rollouts_stop_too(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    cfg = {"opd_mode": "token", "rollouts": 1, "rollout_max_tokens": 8, "rollout_min_gain": -100.0}
+    first = _train(settings, session_factory, db, maker, model_path, **cfg)
+    db.expire_all()
+    replayed = replay_rollouts(db, 3)
+    eos = set(eos_token_ids(first, maker.tokenizer))
+    assert any(ids[-1] in eos for _, ids in replayed)  # "Hello Bob." ends by itself within 8 tokens
+    # the first step's replay loss, on the first version's weights: each token's NLL, ten times at a stop
+    nll = [(-lp, n == len(ids) - 1 and ids[-1] in eos)
+           for prompt, ids in replayed for n, lp in enumerate(maker.logprobs(prompt, ids, model=first))]
+    weighted = sum(x * (10.0 if stop else 1.0) for x, stop in nll) / len(nll)
+    assert weighted > 1.01 * sum(x for x, _ in nll) / len(nll)  # the weight shows beyond the tolerance below
+    _train(settings, session_factory, db, maker, model_path, rollout_replay=3, rollout_stop_weight=10.0, **cfg)
+    second = db.scalars(select(AdapterVersion).order_by(AdapterVersion.id.desc())).first()
+    assert second is not None
+    assert second.metrics["steps"][0]["replay_loss"] == pytest.approx(weighted, rel=1e-3)
