@@ -52,6 +52,12 @@ class TrainConfig:
         "per-step estimate under 0.5 and advice ended at 0.67 and 0.83 (seeds 1, 0); without it the estimate "
         "reached 19,432 and every final reply was the label and a stop (seed 1, 0.00); at 0.2 advice ended "
         "at 0.17, half its replies a stock line in place of the label (seed 1).")
+    kl_skip_asked: bool = _f(
+        False, "The KL anchor leaves out each sampled reply's opening where it spells a phrase a hint of the "
+        "same batch asks replies to begin with (Begin your reply with 'My advice:'), with the marks after it: "
+        "the base model never writes that phrase, so counted it pulls the learned opening back, and the anchor "
+        "then holds only what follows it. Phrases come from the batch's own hints, so a batch with no such "
+        "hint anchors the whole reply.")
     w_rl: float = _f(
         1.0, "Weight of the RL advantage. In combined mode it sets RL against distillation; in rl mode "
         "with kl_coef 0 it only scales the loss, which AdamW mostly normalises away (the gradient clip bites "
@@ -389,6 +395,7 @@ class TrainConfig:
             "rollouts or rollout_replay (set either above 0)": (self.rollouts == 0 and self.rollout_replay == 0,
                                                                 ("rollout_stop_weight",)),
             "unlikelihood_ngram (set 2 or more)": (self.unlikelihood_ngram == 0, ("w_unlikelihood",)),
+            "kl_coef (set above 0)": (self.kl_coef == 0, ("kl_skip_asked",)),
             "publish_check or publish_check_canary (set either above 0)": (
                 not self.checks_before_publish,
                 ("publish_check_tokens", "publish_check_tries", "publish_check_slack", "publish_check_drop",

@@ -336,8 +336,14 @@ def asked_opening(reply: list[int], hint: str, decode: Any) -> int:
     That phrase reads the same whatever was asked, because the user asked for it, so the grounding
     check starts after it: counted, it makes every reply in the asked-for form look like a stock
     opening, and the more so once the student has learned it."""
+    return phrase_span(reply, quoted(hint), decode)
+
+
+def phrase_span(reply: list[int], phrases: set[str], decode: Any) -> int:
+    """How many leading tokens of `reply` spell one of `phrases` (normalized, see `normalized_phrase`; the
+    longest that fits), with the spaces, punctuation and list marks right after it; 0 when none opens it."""
     text = decode(reply).lstrip().lower()
-    phrase = next((p for p in sorted(quoted(hint), key=len, reverse=True) if text.startswith(p)), None)
+    phrase = next((p for p in sorted(phrases, key=len, reverse=True) if text.startswith(p)), None)
     if phrase is None:
         return 0
     k = next(k for k in range(1, len(reply) + 1) if decode(reply[:k]).lstrip().lower().startswith(phrase))

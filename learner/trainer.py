@@ -87,6 +87,7 @@ class BatchTargets:
     rollout_notes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     replay: Packed | None = None  # rollouts learned in earlier batches, learned again (rollout_replay)
     repeated: torch.Tensor | None = None  # [n] bools: the token repeats an n-gram of its reply (unlikelihood_ngram)
+    anchored: torch.Tensor | None = None  # [n] bools: tokens the KL anchor counts (kl_skip_asked); None: all
 
 
 @dataclass
@@ -219,8 +220,20 @@ class Learner:
         if cfg.unlikelihood_ngram:
             again = torch.cat([repeats(s.response_ids, cfg.unlikelihood_ngram) for s in samples]).to(self.device)
             out.repeated = again if again.any() else None
+        if cfg.kl_coef and cfg.kl_skip_asked:
+            out.anchored = self._anchored(samples)
         out.advantage = out.rl_adv + out.opd_adv
         return out
+
+    def _anchored(self, samples: list[Sample]) -> torch.Tensor | None:
+        """[n] bools: the reply tokens the KL anchor counts, each reply's opening left out where it spells a
+        phrase one of the batch's hints asks replies to begin with; None when no hint asks for one."""
+        phrases = set().union(*(rollouts.asked_openings(s.teacher_hint) for s in samples if s.hint))
+        if not phrases:
+            return None
+        spans = [rollouts.phrase_span(s.response_ids, phrases, self.tokenizer.decode) for s in samples]
+        return torch.cat([torch.arange(len(s.response_ids)) >= k
+                          for s, k in zip(samples, spans, strict=True)]).to(self.device)
 
     def _teacher(
         self, samples: list[Sample], hinted: list[int], student: torch.Tensor, out: BatchTargets
@@ -441,7 +454,8 @@ class Learner:
         ratio = importance_ratio(stats.logprobs, t.behavior, cfg.ratio_cap)
         surrogate, clipped = clipped_surrogate(ratio, t.advantage, cfg.eps_low, cfg.eps_high)
         kl = kl_to_reference(stats.logprobs, t.ref)
-        loss = surrogate.mean() + cfg.kl_coef * kl.mean()
+        anchored = kl if t.anchored is None else kl[t.anchored]
+        loss = surrogate.mean() + cfg.kl_coef * (anchored.mean() if anchored.numel() else kl.sum() * 0)
         topk_kl = torch.zeros(())
         if t.teacher_lps is not None and stats.extra_logprobs is not None and stats.extra_tail is not None:
             divergence = topk_forward_kl if cfg.topk_direction == "forward" else topk_reverse_kl
@@ -481,6 +495,7 @@ class Learner:
             "entropy": float(stats.entropy.mean()),
             "clip_frac": float(clipped[active].float().mean()) if active.any() else 0.0,
             "kl": float(kl.detach().mean()),
+            "kl_anchored_tokens": int(anchored.numel()),
             "topk_kl": float(topk_kl.detach()),
             "rollout_loss": float(rollout.detach()),
             "rollout_kl": float(rollout_kl),

@@ -473,6 +473,33 @@ def test_opd_no_repeat_takes_back_the_teachers_vote_for_a_repeat(maker: TurnMake
 
 
 
+def test_kl_skip_asked_leaves_the_asked_opening_out_of_the_anchor(maker: TurnMaker, model_path: str) -> None:
+    """The KL anchor skips a reply's opening where it spells a phrase one of the batch's hints asks to begin
+    with, in the hinted reply and in an unhinted one alike; a reply that opens otherwise is anchored whole."""
+    asked = "Begin your reply with 'My advice:' and then the advice."
+    replies = [("What should I cook tonight?", "My advice: Cook a pasta with tomatoes.", -1, asked),
+               ("How do I sleep better?", "My advice:\n\n* Keep the room cool.", 1, None),
+               ("How do I start running?", "Run slowly at first, three times a week.", 1, None)]
+    samples = []
+    for k, (user, text, score, hint) in enumerate(replies):
+        messages = [{"role": "user", "content": user}]
+        response = maker.response_ids(text)
+        samples.append(Sample(k, maker.prompt_ids(messages), response, [0.0] * len(response), score, hint,
+                              messages, hint_source="instruction" if hint else None))
+    learner = Learner(model_path, TrainConfig(method="combined", device="cpu", kl_coef=0.1, kl_skip_asked=True))
+    targets = learner._targets(samples)
+    assert targets.anchored is not None
+    masks = targets.anchored.split([len(s.response_ids) for s in samples])
+    for sample, mask, opening in zip(samples, masks, ("My advice:", "My advice:\n\n*", ""), strict=True):
+        skipped = sample.response_ids[:int((~mask).sum())]
+        assert maker.tokenizer.decode(skipped).strip() == opening and mask[len(skipped):].all()
+    assert learner._step(targets)["kl_anchored_tokens"] == int(targets.anchored.sum())
+    # with no hint in the batch nothing says which opening was asked for, so every token is anchored
+    assert learner._targets(samples[1:]).anchored is None
+    learner.configure(TrainConfig(method="combined", device="cpu", kl_coef=0.1))
+    assert learner._targets(samples).anchored is None
+
+
 def test_rollout_stop_weight_teaches_a_rollouts_stop_harder(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
