@@ -275,9 +275,16 @@ class TrainConfig:
         "never are, so they show what a version does to requests it has not seen. 0: none.")
     publish_check_tokens: int = _f(64, "Token budget of each publish-check reply.")
     publish_check_tries: int = _f(
-        1, "Checks per version: after a failed one, the LoRA weights are set half as far from the served "
-        "version's and checked again; 1: reject at once.")
+        1, "Checks per version: after a failed one, the LoRA weights are set half as far from the weights it "
+        "trained from (the served version's, or with publish_check_train_on a rejected one's) and checked "
+        "again; 1: reject at once.")
     publish_check_slack: int = _f(0, "Requests a new version may fail beyond those the base model fails.")
+    publish_check_train_on: int = _f(
+        0, "The next version trains on from a rejected one, not from the served version, while the rejected "
+        "versions in a row since the served one number at most this; then training starts again from the "
+        "served version. Serving waits for a version that passes, but learning is not sent back each time: "
+        "with 0 an advice run (seed 1) refused v2, v4 and v6, each time before the label was learned, and the "
+        "versions it served never learned it. 0: always from the served version.")
     publish_check_drop: float = _f(
         0.3, "A reply is off the request when its MiniLM relevance to the conversation's opening request "
         "falls more than this below the base model's reply. On 12 training requests each of two benchmark "
@@ -372,9 +379,10 @@ class TrainConfig:
                             "set rollout_open_as_asked too")
         if self.rollback_margin is not None and not 0 <= self.rollback_margin < 2:
             problems.append(f"rollback_margin={self.rollback_margin}: mean scores lie in [-1, 1], set it in [0, 2)")
-        counts = (self.publish_check, self.publish_check_canary, self.publish_check_slack)
+        counts = (self.publish_check, self.publish_check_canary, self.publish_check_slack, self.publish_check_train_on)
         if min(counts) < 0 or min(self.publish_check_tokens, self.publish_check_tries) < 1:
-            problems.append("publish_check, publish_check_canary and publish_check_slack must be >= 0, "
+            problems.append("publish_check, publish_check_canary, publish_check_slack and publish_check_train_on "
+                            "must be >= 0, "
                             "publish_check_tokens and publish_check_tries >= 1")
         if not 0 <= self.publish_check_drop <= 2 or not 0 <= self.publish_check_max_repeat <= 1:
             problems.append("publish_check_drop is a similarity gap: set it in [0, 2]; "
@@ -399,7 +407,7 @@ class TrainConfig:
             "publish_check or publish_check_canary (set either above 0)": (
                 not self.checks_before_publish,
                 ("publish_check_tokens", "publish_check_tries", "publish_check_slack", "publish_check_drop",
-                 "publish_check_max_repeat")),
+                 "publish_check_max_repeat", "publish_check_train_on")),
         }
         out = []
         for needs, (off, names) in idle.items():

@@ -5,8 +5,11 @@ worse than its parent's (learner/regression.py). A version whose parent was roll
 trained is saved but not published: it learned from the weights that did worse. With
 `publish_check` set, a version whose greedy replies to recent requests fail where the base
 model's do not (or, with `publish_check_canary`, whose replies to everyday requests never trained on
-fail) is tried again at half its step from the served version (`publish_check_tries` times in all),
-and if none passes it is saved as `rejected` and never published (learner/publish_check.py).
+fail) is tried again at half its step from its parent (`publish_check_tries` times in all), and if
+none passes it is saved as `rejected` and never published (learner/publish_check.py). Its parent is
+the served version, or with `publish_check_train_on` the newest rejected one while the rejections in a
+row stay within that count (versions.parent_for): serving waits for a version that passes, learning
+goes on.
 
 `run_train_step` is the plain function behind the Celery task and `learnproxy train --once`; the
 tests call it directly.

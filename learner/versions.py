@@ -44,12 +44,12 @@ def recover_stale(session: Session, stale_s: float) -> int:
 def acquire(
     factory: sessionmaker[Session], settings: Settings, config: TrainConfig
 ) -> AdapterVersion | None:
-    """Insert this run's `training` row (parent = the served version), or None when another runs."""
+    """Insert this run's `training` row (parent: see `parent_for`), or None when another runs."""
     with session_scope(factory) as session:
         recover_stale(session, config.lock_stale_s)
         row = AdapterVersion(
             name=f"pending-{uuid.uuid4().hex}",
-            parent_id=pointer.current_version_id(session),
+            parent_id=parent_for(session, config.publish_check_train_on),
             state=AdapterState.training,
             base_model=settings.model,
             method=config.method,
@@ -70,6 +70,22 @@ def acquire(
             session.delete(session.get(AdapterVersion, row.id))
             return None
     return row
+
+
+def parent_for(session: Session, train_on: int) -> int | None:
+    """The version a new one trains from: the served one, or, with `train_on` set, the newest version when
+    it was rejected and the rejected versions from it back to the served one number at most `train_on`."""
+    served = pointer.current_version_id(session)
+    if not train_on:
+        return served
+    newest = session.scalars(select(AdapterVersion).where(AdapterVersion.state.not_in(
+        [AdapterState.training, AdapterState.failed])).order_by(AdapterVersion.id.desc()).limit(1)).first()
+    row, chain = newest, 0
+    while row is not None and row.state == AdapterState.rejected and chain <= train_on:
+        chain += 1
+        row = session.get(AdapterVersion, row.parent_id) if row.parent_id is not None else None
+    back_to_served = (row.id if row is not None else None) == served
+    return newest.id if newest is not None and back_to_served and 0 < chain <= train_on else served
 
 
 def write_files(path: Path, config: TrainConfig, metrics: dict[str, Any]) -> None:

@@ -160,6 +160,9 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(publish_check_slack=1, publish_check_drop=0.5)
     assert TrainConfig(rollouts=1, rollout_stop_weight=10.0).rollout_stop_weight == 10.0
     assert TrainConfig(rollout_replay=4, rollout_stop_weight=10.0).rollout_stop_weight == 10.0  # the replay loss
+    with pytest.raises(ValueError, match="publish_check_train_on: used only with publish_check"):
+        TrainConfig(publish_check_train_on=2)
+    assert TrainConfig(publish_check_canary=16, publish_check_train_on=2).publish_check_train_on == 2
     with pytest.raises(ValueError, match="kl_skip_asked: used only with kl_coef"):
         TrainConfig(kl_skip_asked=True)
     assert TrainConfig(kl_coef=0.1, kl_skip_asked=True).kl_skip_asked

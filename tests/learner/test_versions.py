@@ -16,11 +16,12 @@ from core.celery_app import TRAIN_TASK, create_celery
 from core.db import make_engine, make_session_factory
 from core.migrate import upgrade
 from core.models import AdapterState, AdapterVersion, utcnow
-from core.pointer import current_version_id
+from core.pointer import current_version_id, point_to
 from core.settings import Settings
 from learner import versions
 from learner.config import TrainConfig
 from tests.learner.factories import TurnMaker
+from tests.utils.factories import make_adapter_version
 
 
 def test_guard_allows_one_run_and_recovers_stale_lock(settings: Settings,
@@ -42,6 +43,29 @@ def test_guard_allows_one_run_and_recovers_stale_lock(settings: Settings,
         assert dead is not None and dead.state == AdapterState.failed and "stale" in dead.metrics["error"]
     versions.fail(session_factory, second.id, "boom")
     assert versions.acquire(session_factory, settings, config) is not None  # released by fail()
+
+
+def test_with_publish_check_train_on_the_next_version_trains_from_a_rejected_one_for_so_many_in_a_row(
+    db: Session
+) -> None:
+    served = make_adapter_version(db, state=AdapterState.published)
+    point_to(db, served.id)
+    first = make_adapter_version(db, state=AdapterState.rejected, parent_id=served.id)
+    db.commit()
+    assert versions.parent_for(db, 0) == served.id  # off: always the served version
+    assert versions.parent_for(db, 1) == first.id
+    second = make_adapter_version(db, state=AdapterState.rejected, parent_id=first.id)
+    db.add(AdapterVersion(name="v-dead", base_model="m", method="combined", state=AdapterState.failed))
+    db.commit()
+    assert versions.parent_for(db, 2) == second.id  # a failed run is no version to train from
+    assert versions.parent_for(db, 1) == served.id  # two rejected in a row: back to the served weights
+    point_to(db, None)  # a person serves the base model again: the rejected chain leads elsewhere
+    db.commit()
+    assert versions.parent_for(db, 2) is None
+    point_to(db, served.id)
+    make_adapter_version(db, state=AdapterState.ready, parent_id=served.id)
+    db.commit()
+    assert versions.parent_for(db, 2) == served.id  # the newest version passed: nothing rejected to go on from
 
 
 def test_task_is_a_noop_without_a_full_batch(settings: Settings, session_factory: sessionmaker[Session],
