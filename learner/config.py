@@ -54,11 +54,13 @@ class TrainConfig:
         "at 0.17, half its replies a stock line in place of the label (seed 1).")
     kl_skip_asked: bool = _f(
         False, "The KL anchor leaves out each sampled reply's opening where it spells a phrase a hint of the "
-        "same batch asks replies to begin with (Begin your reply with 'My advice:'), with the marks after it: "
+        "same batch asks replies to begin with (Begin your reply with 'My advice:'), with the punctuation after "
+        "it on its line: "
         "the base model never writes that phrase, so counted it pulls the learned opening back, and the anchor "
         "then holds only what follows it. Phrases come from the batch's own hints, so a batch with no such "
-        "hint anchors the whole reply. Tried once at kl_coef 0.2 (advice, seed 1): the skip left out 0 to 51 "
-        "of 134 to 490 reply tokens a step, and advice still fell, to guard 0.08 at v4-v5 and 0.00 (guard "
+        "hint anchors the whole reply. Tried once at kl_coef 0.2 (advice, seed 1, when the list marks on the "
+        "lines below were left out too): the skip left out 0 to 51 of 134 to 490 reply tokens a step (the "
+        "run's step metrics), and advice still fell, to guard 0.08 at v4-v5 and 0.00 (guard "
         "0.50) at the end, most replies the label over empty list marks or a stock line.")
     w_rl: float = _f(
         1.0, "Weight of the RL advantage. In combined mode it sets RL against distillation; in rl mode "
@@ -286,9 +288,11 @@ class TrainConfig:
         "versions in a row since the served one number at most this; then training starts again from the "
         "served version. Serving waits for a version that passes, but learning is not sent back each time: "
         "with 0 an advice run (seed 1) refused v2, v4 and v6, each time before the label was learned, and the "
-        "versions it served never learned it. With 3 (same seed, tries 1) every version failed: 6, 8, 7 and 11 "
-        "of 24 check replies against the base's 0 or 1; v4 opened 18 of them with the label and 10 of "
-        "those failed (6 loops), and the base served to the end. 0: always from the served version.")
+        "versions it served never learned it. With 3 (same seed, tries 1) every version failed: 6 of 23, then 8, 7 "
+        "and 11 of 24 check replies against the base's 0 or 1; v4 opened 18 of them with the label and 10 of "
+        "those failed (6 loops), and the base served to the end. The turns trained on were served by the served "
+        "version, so the weights may be this many versions past them (max_staleness counts served versions "
+        "only; ratio_cap still bounds each token). 0: always from the served version.")
     publish_check_drop: float = _f(
         0.3, "A reply is off the request when its MiniLM relevance to the conversation's opening request "
         "falls more than this below the base model's reply. On 12 training requests each of two benchmark "

@@ -4,8 +4,9 @@ Every main turn records the version that served it (`Turn.adapter_version_id`, N
 model) and, once judged, its score. So each version has a running approval: the mean score of the
 turns it served, a human label standing in for the judge's score where there is one (when labels
 override). A new version is trained from the version served when its training began
-(`AdapterVersion.parent_id`); if, once both have served `rollback_min_turns` judged turns, the new
-one's mean is lower than its parent's by more than `rollback_margin`, the parent is served again
+(`AdapterVersion.parent_id`; past rejected versions it trained on from, the served one they grew
+from, `versions.served_ancestor`); if, once both have served `rollback_min_turns` judged turns, the
+new one's mean is lower than its parent's by more than `rollback_margin`, the parent is served again
 and the new version is marked `rolled_back`. The next version then trains from the parent.
 
 `check_served` runs at the top of every train step, which the judge queues after each judged turn,
@@ -27,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from core import pointer
 from core.models import AdapterState, AdapterVersion, Label, Turn, utcnow
+from learner import versions
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +85,9 @@ def check_served(session: Session, *, margin: float, min_turns: int, labels_over
     row = session.get(AdapterVersion, current) if current is not None else None
     if row is None:
         return None
+    parent = versions.served_ancestor(session, row.parent_id)
     return Check(approval(session, row.id, labels_override=labels_override),
-                 approval(session, row.parent_id, labels_override=labels_override), margin, min_turns)
+                 approval(session, parent, labels_override=labels_override), margin, min_turns)
 
 
 def roll_back_if_worse(session: Session, *, margin: float, min_turns: int, labels_override: bool) -> Check | None:
@@ -97,10 +100,10 @@ def roll_back_if_worse(session: Session, *, margin: float, min_turns: int, label
     assert row is not None
     row.state = AdapterState.rolled_back  # before publishing the parent, which retires only `published` rows
     row.metrics = {**(row.metrics or {}), "rollback": check.as_json()}
-    if row.parent_id is None:
+    if check.parent.version_id is None:
         pointer.point_to(session, None)
     else:
-        pointer.publish(session, row.parent_id)
+        pointer.publish(session, check.parent.version_id)
     log.warning("rolled back %s: mean score %.2f over %d turns, its parent %.2f over %d", row.name,
                 check.version.mean, check.version.n, check.parent.mean, check.parent.n)
     return check

@@ -339,15 +339,18 @@ def asked_opening(reply: list[int], hint: str, decode: Any) -> int:
     return phrase_span(reply, quoted(hint), decode)
 
 
-def phrase_span(reply: list[int], phrases: set[str], decode: Any) -> int:
+def phrase_span(reply: list[int], phrases: set[str], decode: Any, same_line: bool = False) -> int:
     """How many leading tokens of `reply` spell one of `phrases` (normalized, see `normalized_phrase`; the
-    longest that fits), with the spaces, punctuation and list marks right after it; 0 when none opens it."""
+    longest that fits), with the spaces, punctuation and list marks right after it (with `same_line`, only
+    those before the first line break); 0 when none opens it."""
     text = decode(reply).lstrip().lower()
     phrase = next((p for p in sorted(phrases, key=len, reverse=True) if text.startswith(p)), None)
     if phrase is None:
         return 0
     k = next(k for k in range(1, len(reply) + 1) if decode(reply[:k]).lstrip().lower().startswith(phrase))
     while k < len(reply) and not any(c.isalnum() for c in decode(reply[k:k + 1])):
+        if same_line and "\n" in decode(reply[k:k + 1]):
+            break
         k += 1
     return k
 

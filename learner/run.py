@@ -120,7 +120,8 @@ def _train(
         metrics["publish_check"] = verdict.as_json()
     versions.write_files(path, config, metrics)
     with session_scope(factory) as session:
-        parent = session.get(AdapterVersion, row.parent_id) if row.parent_id is not None else None
+        grew_from = versions.served_ancestor(session, row.parent_id)  # past rejected parents, if any
+        parent = session.get(AdapterVersion, grew_from) if grew_from is not None else None
         parent_gone = parent is not None and parent.state == AdapterState.rolled_back
         rejected = verdict if verdict is not None and not verdict.passed else None
         done = versions.finish(session, row.id, path=path, metrics=metrics, n_samples=len(collected.samples),
@@ -142,7 +143,7 @@ def _train(
 def _check(factory: sessionmaker[Session], learner: Learner, config: TrainConfig,
            before: dict[str, Any] | None) -> publish_check.Verdict | None:
     """The publish check on the weights just trained; when they fail and `publish_check_tries` allows,
-    again on weights half as far from `before` (the served version's), and so on. The weights left in
+    again on weights half as far from `before` (the parent's), and so on. The weights left in
     memory, and saved, are the last ones checked."""
     if not config.checks_before_publish:
         return None

@@ -231,7 +231,9 @@ class Learner:
         phrases = set().union(*(rollouts.asked_openings(s.teacher_hint) for s in samples if s.hint))
         if not phrases:
             return None
-        spans = [rollouts.phrase_span(s.response_ids, phrases, self.tokenizer.decode) for s in samples]
+        # the marks on the lines below the phrase stay anchored: "My advice:" over empty list marks is a failure
+        spans = [rollouts.phrase_span(s.response_ids, phrases, self.tokenizer.decode, same_line=True)
+                 for s in samples]
         return torch.cat([torch.arange(len(s.response_ids)) >= k
                           for s, k in zip(samples, spans, strict=True)]).to(self.device)
 

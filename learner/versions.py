@@ -88,6 +88,15 @@ def parent_for(session: Session, train_on: int) -> int | None:
     return newest.id if newest is not None and back_to_served and 0 < chain <= train_on else served
 
 
+def served_ancestor(session: Session, version_id: int | None) -> int | None:
+    """The nearest version at or above `version_id` that was not rejected, None for the base model: what a
+    version trained on from rejected ones (`parent_for`) grew from among the weights that served."""
+    row = session.get(AdapterVersion, version_id) if version_id is not None else None
+    while row is not None and row.state == AdapterState.rejected:
+        row = session.get(AdapterVersion, row.parent_id) if row.parent_id is not None else None
+    return row.id if row is not None else None
+
+
 def write_files(path: Path, config: TrainConfig, metrics: dict[str, Any]) -> None:
     """`config.json` and `metrics.json` beside the adapter's safetensors."""
     path.mkdir(parents=True, exist_ok=True)

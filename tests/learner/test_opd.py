@@ -475,7 +475,8 @@ def test_opd_no_repeat_takes_back_the_teachers_vote_for_a_repeat(maker: TurnMake
 
 def test_kl_skip_asked_leaves_the_asked_opening_out_of_the_anchor(maker: TurnMaker, model_path: str) -> None:
     """The KL anchor skips a reply's opening where it spells a phrase one of the batch's hints asks to begin
-    with, in the hinted reply and in an unhinted one alike; a reply that opens otherwise is anchored whole."""
+    with, in the hinted reply and in an unhinted one alike, but not the list marks on the lines below it; a
+    reply that opens otherwise is anchored whole."""
     asked = "Begin your reply with 'My advice:' and then the advice."
     replies = [("What should I cook tonight?", "My advice: Cook a pasta with tomatoes.", -1, asked),
                ("How do I sleep better?", "My advice:\n\n* Keep the room cool.", 1, None),
@@ -490,7 +491,7 @@ def test_kl_skip_asked_leaves_the_asked_opening_out_of_the_anchor(maker: TurnMak
     targets = learner._targets(samples)
     assert targets.anchored is not None
     masks = targets.anchored.split([len(s.response_ids) for s in samples])
-    for sample, mask, opening in zip(samples, masks, ("My advice:", "My advice:\n\n*", ""), strict=True):
+    for sample, mask, opening in zip(samples, masks, ("My advice:", "My advice:", ""), strict=True):
         skipped = sample.response_ids[:int((~mask).sum())]
         assert maker.tokenizer.decode(skipped).strip() == opening and mask[len(skipped):].all()
     assert learner._step(targets)["kl_anchored_tokens"] == int(targets.anchored.sum())

@@ -41,6 +41,25 @@ def _two_versions(db: Session, maker: TurnMaker, parent_scores: list[int], child
     return parent.id, child.id
 
 
+def test_a_version_trained_on_from_a_rejected_one_is_checked_against_and_rolled_back_to_the_served_one(
+    db: Session, maker: TurnMaker
+) -> None:
+    """With publish_check_train_on a version's parent may be a rejected one, which never served a turn: the
+    rollback compares it with, and serves again, the version the rejected chain grew from."""
+    served = _version(db, None, AdapterState.retired)
+    rejected = _version(db, served.id, AdapterState.rejected)
+    child = _version(db, rejected.id, AdapterState.ready)
+    pointer.publish(db, child.id)
+    _served(db, maker, served.id, [1] * 8)
+    _served(db, maker, child.id, [-1] * 8)
+    db.commit()
+    check = regression.roll_back_if_worse(db, margin=0.5, min_turns=8, labels_override=True)
+    assert check is not None and check.parent.version_id == served.id and check.parent.n == 8
+    assert pointer.current_version_id(db) == served.id
+    assert db.get(AdapterVersion, child.id).state == AdapterState.rolled_back  # type: ignore[union-attr]
+    assert db.get(AdapterVersion, rejected.id).state == AdapterState.rejected  # type: ignore[union-attr]
+
+
 def test_approval_counts_judged_main_turns_of_one_version_and_labels_override(db: Session,
                                                                               maker: TurnMaker) -> None:
     parent, child = _two_versions(db, maker, [1, 1, -1], [-1, 0])

@@ -59,6 +59,7 @@ def test_with_publish_check_train_on_the_next_version_trains_from_a_rejected_one
     db.commit()
     assert versions.parent_for(db, 2) == second.id  # a failed run is no version to train from
     assert versions.parent_for(db, 1) == served.id  # two rejected in a row: back to the served weights
+    assert versions.served_ancestor(db, second.id) == served.id and versions.served_ancestor(db, None) is None
     point_to(db, None)  # a person serves the base model again: the rejected chain leads elsewhere
     db.commit()
     assert versions.parent_for(db, 2) is None
