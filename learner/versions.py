@@ -78,23 +78,26 @@ def parent_for(session: Session, train_on: int) -> int | None:
     served = pointer.current_version_id(session)
     if not train_on:
         return served
-    newest = session.scalars(select(AdapterVersion).where(AdapterVersion.state.not_in(
+    newest = session.scalars(select(AdapterVersion.id).where(AdapterVersion.state.not_in(
         [AdapterState.training, AdapterState.failed])).order_by(AdapterVersion.id.desc()).limit(1)).first()
-    row, chain = newest, 0
-    while row is not None and row.state == AdapterState.rejected and chain <= train_on:
-        chain += 1
-        row = session.get(AdapterVersion, row.parent_id) if row.parent_id is not None else None
-    back_to_served = (row.id if row is not None else None) == served
-    return newest.id if newest is not None and back_to_served and 0 < chain <= train_on else served
+    rejected, grew_from = _rejected_run(session, newest)
+    return newest if 0 < rejected <= train_on and grew_from == served else served
 
 
 def served_ancestor(session: Session, version_id: int | None) -> int | None:
     """The nearest version at or above `version_id` that was not rejected, None for the base model: what a
     version trained on from rejected ones (`parent_for`) grew from among the weights that served."""
+    return _rejected_run(session, version_id)[1]
+
+
+def _rejected_run(session: Session, version_id: int | None) -> tuple[int, int | None]:
+    """(how many rejected versions lie in a row from `version_id` up its parents, the first that is not)."""
     row = session.get(AdapterVersion, version_id) if version_id is not None else None
+    rejected = 0
     while row is not None and row.state == AdapterState.rejected:
+        rejected += 1
         row = session.get(AdapterVersion, row.parent_id) if row.parent_id is not None else None
-    return row.id if row is not None else None
+    return rejected, row.id if row is not None else None
 
 
 def write_files(path: Path, config: TrainConfig, metrics: dict[str, Any]) -> None:
