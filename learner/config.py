@@ -40,6 +40,11 @@ class TrainConfig:
     # --- optimiser ---------------------------------------------------------------------------
     lr: float | None = _f(None, f"Learning rate; None picks {GPU_LR} on CUDA and {CPU_LR} on CPU.")
     weight_decay: float = _f(0.0, "AdamW weight decay.")
+    lr_decay: float = _f(
+        1.0, "Each version trains at lr x lr_decay^d, d the number of versions its parent grew through from "
+        "the base model (rolled-back and rejected ones count, as their weights are in the chain): a young "
+        "adapter learns at the full rate, a mature one moves less per batch. 1 keeps the rate.")
+    lr_floor: float = _f(0.1, "The share of lr that lr_decay never goes under: a long-lived adapter keeps learning.")
     max_grad_norm: float = _f(1.0, "Gradient norm clip.")
     # --- loss --------------------------------------------------------------------------------
     eps_low: float = _f(0.2, "Clip range below 1 for the importance ratio.")
@@ -347,6 +352,8 @@ class TrainConfig:
             problems.append(f"ratio_cap={self.ratio_cap}: set at least 1 + eps_high ({1 + self.eps_high})")
         if self.lr is not None and self.lr <= 0:
             problems.append(f"lr={self.lr}: set a positive rate, or None for the device default")
+        if not 0 < self.lr_decay <= 1 or not 0 < self.lr_floor <= 1:
+            problems.append(f"lr_decay={self.lr_decay}, lr_floor={self.lr_floor}: set both in (0, 1]")
         if self.rollouts < 0 or self.rollout_temperature < 0 or self.rollout_max_tokens < 1 or self.w_rollout < 0:
             problems.append("rollouts, rollout_temperature and w_rollout must be >= 0, rollout_max_tokens >= 1")
         if self.unlikelihood_ngram == 1 or self.unlikelihood_ngram < 0:
@@ -412,6 +419,7 @@ class TrainConfig:
                                                                 ("rollout_stop_weight",)),
             "unlikelihood_ngram (set 2 or more)": (self.unlikelihood_ngram == 0, ("w_unlikelihood",)),
             "kl_coef (set above 0)": (self.kl_coef == 0, ("kl_skip_asked",)),
+            "lr_decay (set under 1)": (self.lr_decay == 1, ("lr_floor",)),
             "publish_check or publish_check_canary (set either above 0)": (
                 not self.checks_before_publish,
                 ("publish_check_tokens", "publish_check_tries", "publish_check_slack", "publish_check_drop",
@@ -428,6 +436,10 @@ class TrainConfig:
         if self.lr is not None:
             return self.lr
         return GPU_LR if device.startswith("cuda") else CPU_LR
+
+    def version_lr(self, device: str, depth: int) -> float:
+        """The rate for a version whose parent chain from the base model holds `depth` versions."""
+        return self.resolved_lr(device) * max(self.lr_floor, self.lr_decay ** depth)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

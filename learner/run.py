@@ -100,11 +100,12 @@ def _train(
     started = time.perf_counter()
     learner = get_learner(settings, config)
     parent_path = None
-    if row.parent_id is not None:
-        with factory() as session:
-            parent = session.get(AdapterVersion, row.parent_id)
-            parent_path = parent.path if parent else None
+    with factory() as session:
+        parent = session.get(AdapterVersion, row.parent_id) if row.parent_id is not None else None
+        parent_path = parent.path if parent else None
+        lr = config.version_lr(learner.device, versions.depth(session, row.parent_id))
     learner.sync(parent_path)  # continue from the served adapter
+    learner.set_lr(lr)
     replay = None
     with factory() as session:
         add_standing(session, config, collected.samples)
@@ -116,6 +117,7 @@ def _train(
     path = settings.adapters_dir / row.name
     learner.save(path)
     metrics = _metrics(result.steps, collected, reason, time.perf_counter() - started)
+    metrics["lr"] = lr
     if verdict is not None:
         metrics["publish_check"] = verdict.as_json()
     versions.write_files(path, config, metrics)

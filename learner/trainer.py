@@ -145,6 +145,11 @@ class Learner:
         lr = self.config.resolved_lr(self.device)
         self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay)
 
+    def set_lr(self, lr: float) -> None:
+        """Train the next batches at `lr` (the optimiser's moments stay)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
     def sync(self, path: str | None) -> None:
         """Load the adapter saved at `path` (None: a fresh adapter) unless it is loaded already.
 

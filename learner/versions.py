@@ -90,6 +90,17 @@ def served_ancestor(session: Session, version_id: int | None) -> int | None:
     return _rejected_run(session, version_id)[1]
 
 
+def depth(session: Session, version_id: int | None) -> int:
+    """How many versions lie from `version_id` up its parents to the base model (0 for the base model)."""
+    n = 0
+    while version_id is not None:
+        row = session.get(AdapterVersion, version_id)
+        if row is None:
+            break
+        n, version_id = n + 1, row.parent_id
+    return n
+
+
 def _rejected_run(session: Session, version_id: int | None) -> tuple[int, int | None]:
     """(how many rejected versions lie in a row from `version_id` up its parents, the first that is not)."""
     row = session.get(AdapterVersion, version_id) if version_id is not None else None

@@ -56,17 +56,21 @@ def _mean_lp(maker: TurnMaker, model: Any, pairs: list[tuple[str, str]]) -> floa
 def test_two_steps_change_adapter_not_base_and_record_versions(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
-    config = TrainConfig.from_settings(settings, **FAST)
+    config = TrainConfig.from_settings(settings, **FAST, lr_decay=0.5, lr_floor=0.4)
     _add_scored(db, maker)
     first = run_train_step(session_factory, settings, config=config, reason="test")
     assert first is not None
     learner = get_learner(settings, config)
+    assert first.metrics["lr"] == pytest.approx(3e-4)  # trained from the base model: the full rate
     base_before = {k: v.clone() for k, v in maker.model.state_dict().items()}
 
     _add_scored(db, maker)
     second = run_train_step(session_factory, settings, config=config)
     assert second is not None
 
+    # the second grew from one version: half the rate, and the optimiser stepped at it
+    assert second.metrics["lr"] == pytest.approx(1.5e-4)
+    assert [g["lr"] for g in learner.optimizer.param_groups] == [pytest.approx(1.5e-4)]
     # the first step starts from a fresh adapter whose policy equals the logged behaviour
     assert first.metrics["steps"][0]["ratio_mean"] == pytest.approx(1.0, abs=1e-3)
     assert first.metrics["steps"][0]["ratio_max"] <= config.ratio_cap

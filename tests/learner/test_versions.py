@@ -69,6 +69,21 @@ def test_with_publish_check_train_on_the_next_version_trains_from_a_rejected_one
     assert versions.parent_for(db, 2) == served.id  # the newest version passed: nothing rejected to go on from
 
 
+def test_lr_decay_counts_every_version_in_the_chain_and_stops_at_the_floor(db: Session) -> None:
+    first = make_adapter_version(db, state=AdapterState.rolled_back)
+    second = make_adapter_version(db, state=AdapterState.rejected, parent_id=first.id)
+    third = make_adapter_version(db, state=AdapterState.published, parent_id=second.id)
+    db.commit()
+    assert [versions.depth(db, v) for v in (None, first.id, second.id, third.id)] == [0, 1, 2, 3]
+    config = TrainConfig(lr=1e-3, lr_decay=0.5, lr_floor=0.2)
+    assert [config.version_lr("cpu", d) for d in range(4)] == pytest.approx([1e-3, 5e-4, 2.5e-4, 2e-4])
+    assert TrainConfig(lr=1e-3).version_lr("cpu", 30) == 1e-3  # off by default
+    with pytest.raises(ValueError, match="lr_floor: used only with lr_decay"):
+        TrainConfig(lr_floor=0.5)
+    with pytest.raises(ValueError, match="set both in"):
+        TrainConfig(lr_decay=0.0)
+
+
 def test_task_is_a_noop_without_a_full_batch(settings: Settings, session_factory: sessionmaker[Session],
                                              db: Session, maker: TurnMaker) -> None:
     maker.add(db, "a", "x", score=1)  # one sample; a batch is 4
