@@ -69,6 +69,16 @@ def test_with_publish_check_train_on_the_next_version_trains_from_a_rejected_one
     assert versions.parent_for(db, 2) == served.id  # the newest version passed: nothing rejected to go on from
 
 
+def test_a_rejected_chain_can_start_from_the_base_model(db: Session) -> None:
+    rejected = make_adapter_version(db, state=AdapterState.rejected)  # trained from the base, refused
+    db.commit()
+    assert versions.parent_for(db, 1) == rejected.id and versions.parent_for(db, 0) is None
+    assert versions.served_ancestor(db, rejected.id) is None  # it grew from the base model's weights
+    make_adapter_version(db, state=AdapterState.rejected, parent_id=rejected.id)
+    db.commit()
+    assert versions.parent_for(db, 1) is None  # two in a row: back to the base model
+
+
 def test_lr_decay_counts_every_version_in_the_chain_and_stops_at_the_floor(db: Session) -> None:
     first = make_adapter_version(db, state=AdapterState.rolled_back)
     second = make_adapter_version(db, state=AdapterState.rejected, parent_id=first.id)
