@@ -56,7 +56,9 @@ class TrainConfig:
         "logs it. On the advice user with unlikelihood 4-grams at weight 0.5 (share 0.5), 0.1 kept the "
         "per-step estimate under 0.5 and advice ended at 0.67 and 0.83 (seeds 1, 0); without it the estimate "
         "reached 19,432 and every final reply was the label and a stop (seed 1, 0.00); at 0.2 advice ended "
-        "at 0.17, half its replies a stock line in place of the label (seed 1).")
+        "at 0.17, half its replies a stock line in place of the label (seed 1); at 0.05 at 0.00, the label and "
+        "a stop (seed 1). A rerun of seed 1 at 0.1 ended at 0.33: reruns of one seed differ by up to 0.34, "
+        "since training runs beside the server and timing picks which version serves which turn.")
     kl_skip_asked: bool = _f(
         False, "The KL anchor leaves out each sampled reply's opening where it spells a phrase a hint of the "
         "same batch asks replies to begin with (Begin your reply with 'My advice:'), with the punctuation after "
@@ -82,7 +84,8 @@ class TrainConfig:
         "it says what not to write, not what to write instead, and what the student wrote instead was the stop; "
         "the learner's per-step KL estimate to the base went from under 1 to 132 by v7 (other runs: at most 3). "
         "At weight 0.5 the same seed went the same way (0.67 at v5, the label alone at the end); with kl_coef "
-        "0.1 as well it held to the end on two seeds (see kl_coef). 0: off.")
+        "0.1 as well it held to the end on two seeds (see kl_coef). The anchor without it (kl_coef 0.1, seed 1) "
+        "ended with every reply the label said again and again (0.00), so the two work together. 0: off.")
     w_unlikelihood: float = _f(
         1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
         "response tokens).")
