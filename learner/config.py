@@ -8,6 +8,7 @@ optional overrides from `DATA_DIR/train_config.json`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -41,8 +42,9 @@ class TrainConfig:
     lr: float | None = _f(None, f"Learning rate; None picks {GPU_LR} on CUDA and {CPU_LR} on CPU.")
     weight_decay: float = _f(0.0, "AdamW weight decay.")
     lr_decay: float = _f(
-        1.0, "Each version trains at lr x lr_decay^d, d the number of versions its parent grew through from "
-        "the base model (rolled-back and rejected ones count, as their weights are in the chain): a young "
+        1.0, "Each version trains at lr x lr_decay^d, never under lr x lr_floor, d the number of versions in its "
+        "parent chain (the parent and each one above it; rolled-back and rejected ones count, as their "
+        "weights are in the chain): a young "
         "adapter learns at the full rate, a mature one moves less per batch. 1 keeps the rate. At 0.85 on the "
         "anchored advice/bottomline config (seeds 0, 1) advice ended at 0.25 on both (guard 0.58, 0.75; "
         "without decay +0.61 over three runs), its guard lost while the label was learned; bottomline kept "
@@ -88,7 +90,7 @@ class TrainConfig:
         "the learner's per-step KL estimate to the base went from under 1 to 132 by v7 (other runs: at most 3). "
         "At weight 0.5 the same seed went the same way (0.67 at v5, the label alone at the end); with kl_coef "
         "0.1 as well it held to the end on two seeds (see kl_coef). The anchor without it (kl_coef 0.1, seed 1) "
-        "ended with every reply the label said again and again (0.00), so the two work together. 0: off.")
+        "ended with nearly every reply the label said again and again (0.00), so the two work together. 0: off.")
     w_unlikelihood: float = _f(
         1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
         "response tokens).")
@@ -358,8 +360,9 @@ class TrainConfig:
             problems.append(f"ratio_cap={self.ratio_cap}: set at least 1 + eps_high ({1 + self.eps_high})")
         if self.lr is not None and self.lr <= 0:
             problems.append(f"lr={self.lr}: set a positive rate, or None for the device default")
-        if not 0 < self.lr_decay <= 1 or not 0 < self.lr_floor <= 1:
-            problems.append(f"lr_decay={self.lr_decay}, lr_floor={self.lr_floor}: set both in (0, 1]")
+        if not 0 < self.lr_decay <= 1 or not 0 < self.lr_floor < 1:
+            problems.append(f"lr_decay={self.lr_decay}, lr_floor={self.lr_floor}: set lr_decay in (0, 1], "
+                            "lr_floor in (0, 1)")
         if self.rollouts < 0 or self.rollout_temperature < 0 or self.rollout_max_tokens < 1 or self.w_rollout < 0:
             problems.append("rollouts, rollout_temperature and w_rollout must be >= 0, rollout_max_tokens >= 1")
         if self.unlikelihood_ngram == 1 or self.unlikelihood_ngram < 0:
@@ -442,6 +445,10 @@ class TrainConfig:
         if self.lr is not None:
             return self.lr
         return GPU_LR if device.startswith("cuda") else CPU_LR
+
+    def decay_depth(self) -> int | None:
+        """The chain length past which lr_decay is at its floor (None: lr_decay is off)."""
+        return None if self.lr_decay == 1 else math.ceil(math.log(self.lr_floor) / math.log(self.lr_decay))
 
     def version_lr(self, device: str, depth: int) -> float:
         """The rate for a version whose parent chain from the base model holds `depth` versions."""

@@ -514,6 +514,7 @@ class Learner:
             "ratio_mean": float(ratio.detach().mean()),
             "ratio_max": float(ratio.detach().max()),
             "grad_norm": float(grad_norm),
+            "lr": float(self.optimizer.param_groups[0]["lr"]),  # the rate this step was taken at
             "tokens": int(t.packed.input_ids.shape[1]),
             "response_tokens": int(t.packed.targets.shape[0]),
             "tokens_per_s": t.packed.input_ids.shape[1] / elapsed,

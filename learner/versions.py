@@ -90,14 +90,16 @@ def served_ancestor(session: Session, version_id: int | None) -> int | None:
     return _rejected_run(session, version_id)[1]
 
 
-def depth(session: Session, version_id: int | None) -> int:
-    """How many versions lie from `version_id` up its parents to the base model (0 for the base model)."""
+def depth(session: Session, version_id: int | None, limit: int | None = None) -> int:
+    """How many versions lie from `version_id` up its parents to the base model (0 for the base model),
+    counting at most `limit`. A parent always has a lower id, so a hand-edited cycle ends the walk."""
     n = 0
-    while version_id is not None:
+    while version_id is not None and (limit is None or n < limit):
         row = session.get(AdapterVersion, version_id)
         if row is None:
             break
-        n, version_id = n + 1, row.parent_id
+        n += 1
+        version_id = row.parent_id if row.parent_id is not None and row.parent_id < row.id else None
     return n
 
 
