@@ -446,9 +446,10 @@ class TrainConfig:
             return self.lr
         return GPU_LR if device.startswith("cuda") else CPU_LR
 
-    def decay_depth(self) -> int | None:
-        """The chain length past which lr_decay is at its floor (None: lr_decay is off)."""
-        return None if self.lr_decay == 1 else math.ceil(math.log(self.lr_floor) / math.log(self.lr_decay))
+    def decay_depth(self) -> int:
+        """The chain length past which lr_decay is at its floor: longer chains train at the same rate
+        (0 with lr_decay off)."""
+        return 0 if self.lr_decay == 1 else math.ceil(math.log(self.lr_floor) / math.log(self.lr_decay))
 
     def version_lr(self, device: str, depth: int) -> float:
         """The rate for a version whose parent chain from the base model holds `depth` versions."""

@@ -103,8 +103,7 @@ def _train(
     with factory() as session:
         parent = session.get(AdapterVersion, row.parent_id) if row.parent_id is not None else None
         parent_path = parent.path if parent else None
-        limit = config.decay_depth()
-        lr = config.version_lr(learner.device, 0 if limit is None else versions.depth(session, row.parent_id, limit))
+        lr = config.version_lr(learner.device, versions.depth(session, row.parent_id, config.decay_depth()))
     learner.sync(parent_path)  # continue from the served adapter
     learner.set_lr(lr)
     replay = None

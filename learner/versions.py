@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -92,25 +93,33 @@ def served_ancestor(session: Session, version_id: int | None) -> int | None:
 
 def depth(session: Session, version_id: int | None, limit: int | None = None) -> int:
     """How many versions lie from `version_id` up its parents to the base model (0 for the base model),
-    counting at most `limit`. A parent always has a lower id, so a hand-edited cycle ends the walk."""
+    counting at most `limit` (None: all)."""
     n = 0
-    while version_id is not None and (limit is None or n < limit):
-        row = session.get(AdapterVersion, version_id)
-        if row is None:
+    for _ in _lineage(session, version_id):
+        if limit is not None and n >= limit:
             break
         n += 1
-        version_id = row.parent_id if row.parent_id is not None and row.parent_id < row.id else None
     return n
 
 
 def _rejected_run(session: Session, version_id: int | None) -> tuple[int, int | None]:
     """(how many rejected versions lie in a row from `version_id` up its parents, the first that is not)."""
-    row = session.get(AdapterVersion, version_id) if version_id is not None else None
     rejected = 0
-    while row is not None and row.state == AdapterState.rejected:
+    for row in _lineage(session, version_id):
+        if row.state != AdapterState.rejected:
+            return rejected, row.id
         rejected += 1
-        row = session.get(AdapterVersion, row.parent_id) if row.parent_id is not None else None
-    return rejected, row.id if row is not None else None
+    return rejected, None
+
+
+def _lineage(session: Session, version_id: int | None) -> Iterator[AdapterVersion]:
+    """`version_id`'s row, then its parent's, up to the base model. A parent always has a lower id, so a
+    hand-edited cycle ends the walk."""
+    row = session.get(AdapterVersion, version_id) if version_id is not None else None
+    while row is not None:
+        yield row
+        parent_id = row.parent_id
+        row = session.get(AdapterVersion, parent_id) if parent_id is not None and parent_id < row.id else None
 
 
 def write_files(path: Path, config: TrainConfig, metrics: dict[str, Any]) -> None:

@@ -88,7 +88,8 @@ def test_lr_decay_counts_every_version_in_the_chain_and_stops_at_the_floor(db: S
     assert versions.depth(db, third.id, limit=2) == 2 and versions.depth(db, 999) == 0  # no such version
     config = TrainConfig(lr=1e-3, lr_decay=0.5, lr_floor=0.2)
     assert [config.version_lr("cpu", d) for d in range(4)] == pytest.approx([1e-3, 5e-4, 2.5e-4, 2e-4])
-    assert config.decay_depth() == 3 and TrainConfig().decay_depth() is None  # 0.5^3 is under the floor
+    assert config.decay_depth() == 3  # 0.5^3 is under the floor
+    assert TrainConfig().decay_depth() == 0 and versions.depth(db, third.id, limit=0) == 0  # off: no walk
     assert TrainConfig(lr=1e-3).version_lr("cpu", 30) == 1e-3  # off by default
     with pytest.raises(ValueError, match="lr_floor: used only with lr_decay"):
         TrainConfig(lr_floor=0.5)
