@@ -4,6 +4,8 @@ judge and learner, driven over HTTP by the simulated student."""
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -18,11 +20,14 @@ def test_tiny_quick_run_end_to_end(tmp_path: Path, model_path: str) -> None:
     data.mkdir()
     (data / "models").symlink_to(Path(model_path).parent.resolve())  # the converted model, not again
     # Small settings so a few interactions make a training batch and the 135M judge answers quickly.
-    settings = Settings(data_dir=data, train_batch_size=1, judge_votes=1, judge_max_tokens=48)
+    settings = Settings(data_dir=data, train_batch_size=2, judge_votes=1, judge_max_tokens=48)
+    # One step a batch: the harness is under test here, not how much a version learns.
+    train_config = tmp_path / "train_config.json"
+    train_config.write_text(json.dumps({"rollouts": 1, "rollout_complaints": False, "steps_per_batch": 1}))
     out = tmp_path / "out"
     # On 2 shared cores the 135M judge takes up to a minute a turn: give the first version time to come.
-    argv = ["--quick", "--interactions", "4", "--heldout", "2", "--version-wait", "600", "--out", str(out),
-            "--keep", str(tmp_path / "runs")]
+    argv = ["--quick", "--interactions", "2", "--heldout", "2", "--version-wait", "600",
+            "--train-config", str(train_config), "--out", str(out), "--keep", str(tmp_path / "runs")]
     rc = main(argv, settings)
 
     raw = json.loads((out / "learn_results" / "learn_quick_seed0.json").read_text())
@@ -31,7 +36,7 @@ def test_tiny_quick_run_end_to_end(tmp_path: Path, model_path: str) -> None:
     assert rc == 0, [r["error"] for r in raw["runs"]]
     assert raw["baseline"]["evals"]["student"]["n"] == 2
     combined = runs["combined"]
-    assert combined["interactions"] >= 4
+    assert combined["interactions"] >= 2  # one session of 2 to 4 turns
     judge = combined["judge"]
     assert judge["n"] == combined["interactions"]
     assert judge["text_mismatch"] == 0  # the DB turns line up with what the simulated user saw
@@ -43,4 +48,9 @@ def test_tiny_quick_run_end_to_end(tmp_path: Path, model_path: str) -> None:
     assert (out / "img" / "learn_quick_seed0_student.png").stat().st_size > 5000
     assert "### " in (out / "learn_results" / "learn_quick_seed0.md").read_text()
     # --keep leaves each run's data folder, DB included, for inspection
-    assert (tmp_path / "runs" / "combined-student-s0" / "learnproxy.db").stat().st_size > 0
+    db = tmp_path / "runs" / "combined-student-s0" / "learnproxy.db"
+    assert db.stat().st_size > 0
+    # --train-config reached the server's learner: every version took the one step it sets
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        steps = [len(json.loads(m)["steps"]) for (m,) in conn.execute("SELECT metrics FROM adapter_versions")]
+    assert steps and set(steps) == {1}, steps

@@ -42,17 +42,26 @@ def _pairs(maker: TurnMaker) -> list[tuple[list[int], list[int], list[int]]]:
     return out
 
 
-def _train(settings: Settings, factory: sessionmaker[Session], db: Session, maker: TurnMaker,
-           model_path: str, extra: int = 0, **cfg: Any) -> Any:
-    """Train one version on the hinted turns (plus `extra` already added); the tuned student."""
+def _version(settings: Settings, factory: sessionmaker[Session], db: Session, maker: TurnMaker,
+             extra: int = 0, steps: int = 2, **cfg: Any) -> AdapterVersion:
+    """Train one version on the hinted turns (plus `extra` already added) in `steps` steps. A test that
+    reads only what the learner stored takes one step: the notes are written before the first."""
     for user, reply, hint in HINTED:
         maker.add(db, user, reply, score=0, hint=hint)
     db.commit()
     config = TrainConfig.from_settings(
-        settings, method="opd", teacher="base", lr=3e-4, steps_per_batch=2, batch_size=len(HINTED) + extra, **cfg
+        settings, method="opd", teacher="base", lr=3e-4, steps_per_batch=steps, batch_size=len(HINTED) + extra,
+        **cfg
     )
     version = run_train_step(factory, settings, config=config)
     assert version is not None and version.metrics["n_opd"] == len(HINTED) + extra and version.path is not None
+    return version
+
+
+def _train(settings: Settings, factory: sessionmaker[Session], db: Session, maker: TurnMaker,
+           model_path: str, extra: int = 0, **cfg: Any) -> Any:
+    """Train one version as `_version` does; the tuned student, loaded from the version's files."""
+    version = _version(settings, factory, db, maker, extra, **cfg)
     base = load_model(model_path, device="cpu", dtype="float32")
     return PeftModel.from_pretrained(base, version.path).eval()
 
@@ -164,8 +173,8 @@ def test_divergence_rollouts_keep_the_students_reply_up_to_where_the_hinted_teac
     rival = (hinted.gather(-1, top) - plain.gather(-1, top))[:-1, 0][(top != ids)[:-1, 0]]
     assert effect.min() > -1.0 and (rival.max() if len(rival) else 0.0) < 1.0 and hinted[-1, response[-1]] < -3.0
     picture = maker.add(db, user, reply, score=-1, hint=hint, params={"max_new_tokens": budget})
-    _train(settings, session_factory, db, maker, model_path, extra=1, opd_mode="token", rollouts=1,
-           rollout_from="divergence", rollout_max_tokens=budget, rollout_min_gain=-100.0, rollout_trim=trim)
+    _version(settings, session_factory, db, maker, extra=1, steps=1, opd_mode="token", rollouts=1,
+             rollout_from="divergence", rollout_max_tokens=budget, rollout_min_gain=-100.0, rollout_trim=trim)
     db.expire_all()
     # the rollout is the student's picture and then the hinted teacher's own greedy continuation
     (note,) = picture.advantage["rollouts"]
@@ -277,9 +286,9 @@ def test_rollout_asked_min_gain_screens_the_rollouts_written_after_an_asked_phra
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
     # no rollout clears a gain floor of +100 nats a token, so only the asked rollouts' own floor lets any through
-    _train(settings, session_factory, db, maker, model_path, opd_mode="token", rollouts=1, rollout_max_tokens=8,
-           rollout_open_as_asked=True, rollout_min_gain=100.0, rollout_asked_min_gain=-100.0,
-           rollout_min_relevance=0.0, rollout_grounding_tokens=0)
+    _version(settings, session_factory, db, maker, steps=1, opd_mode="token", rollouts=1, rollout_max_tokens=8,
+             rollout_open_as_asked=True, rollout_min_gain=100.0, rollout_asked_min_gain=-100.0,
+             rollout_min_relevance=0.0, rollout_grounding_tokens=0)
     db.expire_all()
     notes = [n for t in db.scalars(select(Turn)) for n in t.advantage.get("rollouts", [])]
     asked = [n for n in notes if n["asked_prefix"]]
@@ -296,10 +305,11 @@ def test_with_rollout_stop_in_reply_a_rollout_after_an_asked_phrase_is_never_cut
     phrase = maker.tokenizer("Good news.", add_special_tokens=False)["input_ids"]
     asked = maker.add(db, "My sink is leaking, what do I do?", "Leaks are common.", score=-1, hint=hint,
                       params={"max_new_tokens": len(phrase) + 3})
-    _train(settings, session_factory, db, maker, model_path, extra=1, opd_mode="token", rollouts=1,
-           rollout_from="divergence", rollout_trim=True, rollout_drop_cut=True, rollout_stop_in_reply=True,
-           rollout_open_as_asked=True, rollout_min_gain=-100.0, rollout_min_relevance=0.0,
-           rollout_grounding_tokens=0)
+    # the hinted turns' rollouts are capped too: nothing below reads them
+    _version(settings, session_factory, db, maker, extra=1, steps=1, opd_mode="token", rollouts=1,
+             rollout_max_tokens=len(phrase) + 3, rollout_from="divergence", rollout_trim=True,
+             rollout_drop_cut=True, rollout_stop_in_reply=True, rollout_open_as_asked=True,
+             rollout_min_gain=-100.0, rollout_min_relevance=0.0, rollout_grounding_tokens=0)
     db.expire_all()
     (note,) = asked.advantage["rollouts"]
     assert note["asked_prefix"] and note["text"].startswith("Good news.")
@@ -331,8 +341,8 @@ def test_with_rollout_drop_cut_a_rollout_cut_at_its_budget_is_stored_but_not_lea
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
     # four tokens: the teacher's greeting ends by itself ("Hello Bob."), its other answers are cut
-    _train(settings, session_factory, db, maker, model_path, opd_mode="token", rollouts=1, rollout_max_tokens=4,
-           rollout_min_gain=-100.0, rollout_drop_cut=True)
+    _version(settings, session_factory, db, maker, steps=1, opd_mode="token", rollouts=1, rollout_max_tokens=4,
+             rollout_min_gain=-100.0, rollout_drop_cut=True)
     db.expire_all()
     notes = [n for t in db.scalars(select(Turn)) for n in t.advantage.get("rollouts", [])]
     assert len(notes) == len(HINTED)
@@ -346,8 +356,8 @@ def test_best_of_sampled_rollouts_learns_only_the_one_the_hint_made_likeliest(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
     torch.manual_seed(0)
-    _train(settings, session_factory, db, maker, model_path, opd_mode="token", rollouts=3, rollout_temperature=1.0,
-           rollout_max_tokens=12, rollout_pick="best", rollout_min_gain=-100.0)
+    _version(settings, session_factory, db, maker, steps=1, opd_mode="token", rollouts=3, rollout_temperature=1.0,
+             rollout_max_tokens=12, rollout_pick="best", rollout_min_gain=-100.0)
     db.expire_all()
     turns = db.scalars(select(Turn).order_by(Turn.id)).all()
     learned_somewhere = False
@@ -439,14 +449,14 @@ def test_rollouts_learned_in_a_batch_are_replayed_in_the_next(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
     cfg = {"opd_mode": "token", "rollouts": 1, "rollout_max_tokens": 8, "rollout_min_gain": -100.0}
-    _train(settings, session_factory, db, maker, model_path, **cfg)
+    _version(settings, session_factory, db, maker, steps=1, **cfg)
     db.expire_all()
     first = db.scalars(select(Turn).order_by(Turn.id)).all()
     learned = [n for t in first for n in t.advantage["rollouts"] if n["learned"]]
     assert len(learned) == len(HINTED)  # nothing screened out at this gain floor
     for note in learned:  # the stored ids are the rollout the text shows
         assert maker.tokenizer.decode(note["ids"], skip_special_tokens=True) == note["text"]
-    _train(settings, session_factory, db, maker, model_path, rollout_replay=3, **cfg)
+    _version(settings, session_factory, db, maker, steps=1, rollout_replay=3, **cfg)
     second = db.scalars(select(AdapterVersion).order_by(AdapterVersion.id.desc())).first()
     assert second is not None
     newest = [n for t in reversed(first) for n in t.advantage["rollouts"] if n["learned"]][:3]
@@ -545,7 +555,7 @@ def test_rollout_stop_weight_weighs_a_replayed_rollouts_stop_too(
            for prompt, ids in replayed for n, lp in enumerate(maker.logprobs(prompt, ids, model=first))]
     weighted = sum(x * (10.0 if stop else 1.0) for x, stop in nll) / len(nll)
     assert weighted > 1.01 * sum(x for x, _ in nll) / len(nll)  # the weight shows beyond the tolerance below
-    _train(settings, session_factory, db, maker, model_path, rollout_replay=3, rollout_stop_weight=10.0, **cfg)
+    _version(settings, session_factory, db, maker, steps=1, rollout_replay=3, rollout_stop_weight=10.0, **cfg)
     second = db.scalars(select(AdapterVersion).order_by(AdapterVersion.id.desc())).first()
     assert second is not None
     assert second.metrics["steps"][0]["replay_loss"] == pytest.approx(weighted, rel=1e-3)
