@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import shutil
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_ALIASES = {DEFAULT_MODEL, DEFAULT_MODEL.lower(), "HuggingFaceTB/SmolLM2-135M-Instruct"}
+CONVERT_TIMEOUT_S = 600.0  # waiting for another process's conversion (about a minute on 2 cores)
 
 
 class ModelUnavailable(RuntimeError):
@@ -53,19 +55,27 @@ def _convert_default(target: Path) -> None:
         raise ModelUnavailable(f"GGUF conversion mismatch: missing={missing} unexpected={unexpected}")
     model = model.to(torch.bfloat16)
     tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a conversion that was killed part way
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     tmp.rename(target)  # atomic: a half-written folder is never mistaken for a finished one
 
 
 def resolve_model_path(model: str, models_dir: Path) -> str:
-    """A loadable HF id or folder for `model`, converting the bundled default once if needed."""
+    """A loadable HF id or folder for `model`, converting the bundled default once if needed.
+
+    Processes that start together on a fresh data dir (the server and its workers, parallel test
+    workers) take turns on a file lock: one converts, the others wait and then find the folder."""
     if model not in DEFAULT_ALIASES:
         return model
     target = models_dir / DEFAULT_MODEL
     if not (target / "config.json").exists():
+        from filelock import FileLock
+
         models_dir.mkdir(parents=True, exist_ok=True)
-        _convert_default(target)
+        with FileLock(str(models_dir / f".{DEFAULT_MODEL}.lock"), timeout=CONVERT_TIMEOUT_S):
+            if not (target / "config.json").exists():
+                _convert_default(target)
     return str(target)
 
 

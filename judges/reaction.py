@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -162,7 +163,7 @@ def load_reaction_classifier(cache_dir: Path, min_confidence: float = MIN_CONFID
             return ReactionClassifier(embedder, saved["w"], saved["b"], min_confidence)
     w, b = fit(embedder, load_examples())
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".partial.npz")
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.partial.npz")  # workers training at once write apart
     np.savez(tmp, w=w, b=b)
     tmp.replace(path)  # atomic: concurrent workers never read a half-written file
     log.info("trained the reaction classifier on %d replies into %s", len(load_examples()), path)
