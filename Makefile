@@ -2,7 +2,9 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
-PYTEST_ARGS ?=
+# Two test processes (pytest-xdist): on 2 cores the real-model tests overlap the ones that wait on servers.
+# Tests that share a broker's queues keep to one process (xdist_group).
+PYTEST_ARGS ?= -n 2 --dist loadgroup
 
 .PHONY: serve test lint bench browser clean
 

@@ -97,3 +97,13 @@ def model_path() -> str:
     from core.modelload import resolve_model_path
 
     return resolve_model_path("SmolLM2-135M-Instruct", MODELS_DIR)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs two workers) the workers share the cores' torch threads:
+    two processes with a thread per core each made every real-model test slower."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        from core.modelload import set_torch_threads, share_threads
+
+        set_torch_threads(share_threads(workers))

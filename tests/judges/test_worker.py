@@ -31,7 +31,9 @@ from judges.maintenance import purge_delivered, requeue_ready
 from tests.judges.conftest import ScriptedJudge, add_turn, tool_call
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+# Real Celery workers with fixed names on fixed queues, two of them on one Redis DB that they purge: under
+# pytest-xdist (`--dist loadgroup`) these tests run one after another in one process.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("celery_workers")]
 
 USER_REPLY = [{"role": "tool", "tool_call_id": "call_1", "content": "port: 8080"},
               {"role": "user", "content": "and the host?"}]
