@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -163,7 +164,8 @@ def load_reaction_classifier(cache_dir: Path, min_confidence: float = MIN_CONFID
             return ReactionClassifier(embedder, saved["w"], saved["b"], min_confidence)
     w, b = fit(embedder, load_examples())
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.stem}.{os.getpid()}.partial.npz")  # workers training at once write apart
+    # processes and threads training at once each write their own file
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}-{threading.get_ident()}.partial.npz")
     np.savez(tmp, w=w, b=b)
     tmp.replace(path)  # atomic: concurrent workers never read a half-written file
     log.info("trained the reaction classifier on %d replies into %s", len(load_examples()), path)

@@ -18,7 +18,8 @@ def test_a_process_that_finds_a_conversion_under_way_waits_for_it_and_does_not_c
     target = tmp_path / DEFAULT_MODEL
     found: list[str] = []
     with FileLock(str(tmp_path / f".{DEFAULT_MODEL}.lock")):  # another process is converting
-        waiter = threading.Thread(target=lambda: found.append(resolve_model_path(DEFAULT_MODEL, tmp_path)))
+        waiter = threading.Thread(target=lambda: found.append(resolve_model_path(DEFAULT_MODEL, tmp_path)),
+                                  daemon=True)
         waiter.start()
         time.sleep(0.5)
         assert waiter.is_alive() and not found  # it waits on the lock rather than writing beside it

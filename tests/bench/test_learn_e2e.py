@@ -20,7 +20,7 @@ def test_tiny_quick_run_end_to_end(tmp_path: Path, model_path: str) -> None:
     data.mkdir()
     (data / "models").symlink_to(Path(model_path).parent.resolve())  # the converted model, not again
     # Small settings so a few interactions make a training batch and the 135M judge answers quickly.
-    settings = Settings(data_dir=data, train_batch_size=2, judge_votes=1, judge_max_tokens=48)
+    settings = Settings(data_dir=data, train_batch_size=1, judge_votes=1, judge_max_tokens=48)
     # One step a batch: the harness is under test here, not how much a version learns.
     train_config = tmp_path / "train_config.json"
     train_config.write_text(json.dumps({"rollouts": 1, "rollout_complaints": False, "steps_per_batch": 1}))
@@ -50,7 +50,7 @@ def test_tiny_quick_run_end_to_end(tmp_path: Path, model_path: str) -> None:
     # --keep leaves each run's data folder, DB included, for inspection
     db = tmp_path / "runs" / "combined-student-s0" / "learnproxy.db"
     assert db.stat().st_size > 0
-    # --train-config reached the server's learner: every version took the one step it sets
+    # --train-config reached the server's learner: every version was trained with the one step it sets
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        steps = [len(json.loads(m)["steps"]) for (m,) in conn.execute("SELECT metrics FROM adapter_versions")]
-    assert steps and set(steps) == {1}, steps
+        configs = [json.loads(c) for (c,) in conn.execute("SELECT config FROM adapter_versions")]
+    assert configs and {c["steps_per_batch"] for c in configs} == {1}, configs

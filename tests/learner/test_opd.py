@@ -45,7 +45,7 @@ def _pairs(maker: TurnMaker) -> list[tuple[list[int], list[int], list[int]]]:
 def _version(settings: Settings, factory: sessionmaker[Session], db: Session, maker: TurnMaker,
              extra: int = 0, steps: int = 2, **cfg: Any) -> AdapterVersion:
     """Train one version on the hinted turns (plus `extra` already added) in `steps` steps. A test that
-    reads only what the learner stored takes one step: the notes are written before the first."""
+    reads only the rollout notes takes one step: the learner makes them before its first step."""
     for user, reply, hint in HINTED:
         maker.add(db, user, reply, score=0, hint=hint)
     db.commit()
@@ -456,7 +456,7 @@ def test_rollouts_learned_in_a_batch_are_replayed_in_the_next(
     assert len(learned) == len(HINTED)  # nothing screened out at this gain floor
     for note in learned:  # the stored ids are the rollout the text shows
         assert maker.tokenizer.decode(note["ids"], skip_special_tokens=True) == note["text"]
-    _version(settings, session_factory, db, maker, steps=1, rollout_replay=3, **cfg)
+    _version(settings, session_factory, db, maker, rollout_replay=3, **cfg)  # replayed in each of two steps
     second = db.scalars(select(AdapterVersion).order_by(AdapterVersion.id.desc())).first()
     assert second is not None
     newest = [n for t in reversed(first) for n in t.advantage["rollouts"] if n["learned"]][:3]
