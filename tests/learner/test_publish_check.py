@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -177,3 +178,28 @@ def test_a_failed_version_is_tried_at_half_its_step_until_one_passes(
     # what is saved and served is the blended step: lora_B (zero in a fresh adapter) scaled down with it
     saved = load_file(str(Path(row.path or "") / "adapter_model.safetensors"))
     assert any(float(v.abs().max()) > 0 for k, v in saved.items() if "lora_B" in k)
+
+
+@pytest.mark.slow
+def test_a_version_trained_on_from_a_rejected_one_starts_and_blends_from_the_rejected_weights(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
+) -> None:
+    rejected = _trained_to_loop(settings, session_factory, db, maker)
+    assert rejected.state == AdapterState.rejected and rejected.path is not None
+    _add_scored(db, maker)
+    # a step far too small to move the weights: what is saved is where the learner started, blends included
+    config = TrainConfig.from_settings(settings, lr=1e-12, steps_per_batch=1, publish_check=4, publish_check_tokens=24,
+                                       publish_check_train_on=1, publish_check_tries=2)
+    second = run_train_step(session_factory, settings, config=config)
+    assert second is not None and second.parent_id == rejected.id
+    db.expire_all()
+    row = db.get(AdapterVersion, second.id)
+    assert row is not None and row.path is not None
+    # it loops as the weights it started from do: tried again half way back to them, and rejected
+    assert row.state == AdapterState.rejected
+    assert [t["scale"] for t in row.metrics["publish_check"]["tries"]] == [1.0, 0.5]
+    start = load_file(str(Path(rejected.path) / "adapter_model.safetensors"))
+    saved = load_file(str(Path(row.path) / "adapter_model.safetensors"))
+    assert any(float(v.abs().max()) > 0.01 for k, v in start.items() if "lora_B" in k)  # not a fresh adapter
+    # half way from a fresh adapter (lora_B zero) would halve every lora_B: the blend started from the rejected one
+    assert saved.keys() == start.keys() and all(torch.allclose(saved[k], start[k], atol=1e-6) for k in start)
