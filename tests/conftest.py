@@ -100,8 +100,8 @@ def model_path() -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist (`make test` runs two workers) the workers share the cores' torch threads:
-    two processes with a thread per core each made every real-model test slower."""
+    """Under pytest-xdist (`make test` runs two workers) the workers split the cores' torch threads
+    between them rather than each taking them all (the oversubscription `share_threads` describes)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1:
         from core.modelload import set_torch_threads, share_threads
