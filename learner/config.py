@@ -44,8 +44,8 @@ class TrainConfig:
     lr_decay: float = _f(
         1.0, "Each version trains at lr x lr_decay^d, never under lr x lr_floor, d the number of versions in its "
         "parent chain (the parent and each one above it; rolled-back and rejected ones count, as their "
-        "weights are in the chain): a young "
-        "adapter learns at the full rate, a mature one moves less per batch. 1 keeps the rate. At 0.85 on the "
+        "weights are in the chain): a young adapter learns at the full rate, a mature one moves less per "
+        "batch. 1 keeps the rate. At 0.85 on the "
         "anchored advice/bottomline config (seeds 0, 1) advice ended at 0.25 on both (guard 0.58, 0.75; "
         "without decay +0.61 over three runs), its guard lost while the label was learned; bottomline kept "
         "its guard (1.00, 0.92) but learned late on seed 1 (0.33).")

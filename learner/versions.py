@@ -13,6 +13,7 @@ import secrets
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -94,12 +95,7 @@ def served_ancestor(session: Session, version_id: int | None) -> int | None:
 def depth(session: Session, version_id: int | None, limit: int | None = None) -> int:
     """How many versions lie from `version_id` up its parents to the base model (0 for the base model),
     counting at most `limit` (None: all)."""
-    n = 0
-    for _ in _lineage(session, version_id):
-        if limit is not None and n >= limit:
-            break
-        n += 1
-    return n
+    return sum(1 for _ in islice(_lineage(session, version_id), limit))
 
 
 def _rejected_run(session: Session, version_id: int | None) -> tuple[int, int | None]:
