@@ -178,6 +178,14 @@ class TrainConfig:
         "of -0.25 to -0.02. At -0.3 (one seed, advice and bottomline) advice learned 15 rollouts against 6 and "
         "read 0.83 at v4, then 0.00 at the end, every reply cut at its token limit. On analogy the gain still "
         "refused pictures of the thing asked (docs/BENCHMARKS.md).")
+    rollout_asked_splice: bool = _f(
+        False, "With rollout_open_as_asked, for a hint whose asked phrase is a label closed by a colon or a comma "
+        "('My advice:', 'In short,'), the rollout is that label and then the student's own reply as sampled, in "
+        "place of a continuation the teacher writes: the hint applied as an edit (`rollouts.spliced_text`). "
+        "What SmolLM2-135M writes after 'My advice:' is mostly generic list items, and advice's guard fell while "
+        "such rollouts were learned; the student's own reply is its answer to the question. A splice passes the "
+        "same screens (its gain read over all of it, the label included) and is trimmed after the label. A "
+        "phrase that starts a sentence ('Imagine') still gets the teacher's continuation.")
     rollout_min_relevance: float = _f(
         0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "
@@ -397,6 +405,9 @@ class TrainConfig:
                             "and rollout_from divergence too")
         if self.rollout_asked_phrase and not self.rollout_open_as_asked:
             problems.append("rollout_asked_phrase learns the phrase of refused rollouts written after it: "
+                            "set rollout_open_as_asked too")
+        if self.rollout_asked_splice and not self.rollout_open_as_asked:
+            problems.append("rollout_asked_splice splices the phrase a hint asks replies to open with: "
                             "set rollout_open_as_asked too")
         if self.rollout_asked_min_gain is not None and not self.rollout_open_as_asked:
             problems.append("rollout_asked_min_gain screens rollouts written after an asked phrase: "

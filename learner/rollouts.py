@@ -210,6 +210,25 @@ def asked_opening_text(hint: str) -> str | None:
     return next((q.strip() for q in _asked(hint) if normalized_phrase(q)), None)
 
 
+# A phrase after which any answer may follow: a label closed by a colon or a comma ('My advice:', 'In short,').
+LABEL_END = (":", ",")
+# A reply's first word that keeps its capital after a comma: the pronoun I and its contractions, an acronym.
+KEEPS_CAPITAL = re.compile(r"^(I\b|I['’]|[A-Z]{2,}\b)")
+
+
+def spliced_text(phrase: str, reply: str) -> str | None:
+    """The student's reply as the hint asks it to open: `phrase`, a space, then the reply as written (after a
+    comma its first letter lowered unless its first word keeps a capital). None for an empty reply, and for
+    a phrase that does not end in a colon or a comma: 'Imagine' starts a sentence whose next words must
+    continue it, which only the teacher can write."""
+    phrase, reply = phrase.strip(), reply.strip()
+    if not reply or not phrase.endswith(LABEL_END):
+        return None
+    if phrase.endswith(",") and not KEEPS_CAPITAL.match(reply):
+        reply = reply[0].lower() + reply[1:]
+    return f"{phrase} {reply}"
+
+
 def opens_as_asked(text: str, hint: str) -> bool | None:
     """Whether `text` begins (past markdown marks and quotes) with a phrase the hint asks a reply to begin
     with; None when the hint asks for no opening."""

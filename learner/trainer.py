@@ -105,6 +105,7 @@ class _Rollout:
     own: int  # leading tokens of `reply` the teacher did not write
     prompt: list[int]  # the hinted teacher's prompt
     stop_only: bool = False  # the student's own reply, learned up to where it could have stopped
+    spliced_at: int | None = None  # a splice (`rollout_asked_splice`): the asked phrase's length in tokens
 
 
 class Learner:
@@ -324,6 +325,7 @@ class Learner:
                 out.rollout_notes.append((i, {"text": texts[j], **{
                     f: round(v, 3) if isinstance(v, float) else v for f, v in asdict(verdict).items()},
                     "learned": learned, "kept_from": own[j], "asked_prefix": turns[j] in asked,
+                    "spliced": found[j].spliced_at is not None,
                     **({"ids": replies[j]} if learned else {})}))
                 if learned:
                     kept.append(j)
@@ -355,11 +357,12 @@ class Learner:
         if cfg.rollout_from == "divergence" and own_start:
             kept_from |= self._divergences(samples, own_start, set(eos))
         begun = {i: samples[i].response_ids[:kept_from[i]] for i in hinted} | asked  # what each rollout continues
+        spliced = self._spliced(samples, asked, eos) if cfg.rollout_asked_splice else {}
         stop_only = [i for i in hinted if cfg.rollout_stop_in_reply and i not in asked and samples[i].response_ids
                      and kept_from[i] == len(samples[i].response_ids) and samples[i].response_ids[-1] not in eos]
-        order = [i for i in hinted if len(begun[i]) < budget[i]
+        order = [i for i in hinted if i not in spliced and len(begun[i]) < budget[i]
                  and (i in asked or kept_from[i] < len(samples[i].response_ids)) for _ in range(cfg.rollouts)]
-        prompts = {i: teacher_prompt_ids(self.tokenizer, samples[i]) for i in {*order, *stop_only}}
+        prompts = {i: teacher_prompt_ids(self.tokenizer, samples[i]) for i in {*order, *stop_only, *spliced}}
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
         with _teacher_weights(self.model, cfg.teacher):
             written = rollouts.generate(self.model, [prompts[i] + begun[i] for i in order],
@@ -370,10 +373,12 @@ class Learner:
                  for i, reply in zip(order, written, strict=True) if reply]
         found += [_Rollout(i, samples[i].response_ids, len(samples[i].response_ids), prompts[i], stop_only=True)
                   for i in stop_only]
+        found += [_Rollout(i, ids, 0, prompts[i], spliced_at=n) for i, (ids, n) in spliced.items()]
         for r in found if cfg.rollout_trim else []:
             # with rollout_stop_in_reply a stop may fall in the student's part, never in an asked phrase
+            start = r.own if r.turn in asked or not cfg.rollout_stop_in_reply else 0
             r.reply = rollouts.trim_to_sentence(
-                r.reply, start=0 if cfg.rollout_stop_in_reply and r.turn not in asked else r.own,
+                r.reply, start=r.spliced_at if r.spliced_at is not None else start,
                 decode=self.tokenizer.decode, eos_ids=eos, list_items=cfg.rollout_trim_lists,
                 limit=None if cfg.rollout_trim_share == 1
                 else int(cfg.rollout_trim_share * max(budget[r.turn], len(r.reply))),
@@ -381,6 +386,21 @@ class Learner:
             r.own = min(r.own, len(r.reply) - 1)  # a stop is the teacher's
         # a stop-only rollout with no place to stop in it holds nothing the teacher wrote
         return [r for r in found if not r.stop_only or r.reply[-1] in eos]
+
+    def _spliced(self, samples: list[Sample], asked: dict[int, list[int]],
+                 eos: list[int]) -> dict[int, tuple[list[int], int]]:
+        """Per sample whose reply does not open with the label its hint asks for (`asked`), the splice
+        (`rollout_asked_splice`): that label and then the student's own reply, as ids (with the stop if the
+        reply stopped), and the label's length in tokens. A phrase `rollouts.spliced_text` refuses gets none."""
+        out = {}
+        for i, phrase in asked.items():
+            reply = samples[i].response_ids
+            text = rollouts.spliced_text(self.tokenizer.decode(phrase),
+                                         self.tokenizer.decode(reply, skip_special_tokens=True))
+            if text is not None:
+                ids = self.tokenizer.encode(text, add_special_tokens=False)
+                out[i] = (ids + [eos[0]] if reply and reply[-1] in eos else ids, len(phrase))
+        return out
 
     def _asked_prefixes(self, samples: list[Sample], hinted: list[int]) -> dict[int, list[int]]:
         """The phrase each hinted sample's hint asks a reply to begin with, as token ids, for the samples

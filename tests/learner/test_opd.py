@@ -230,6 +230,35 @@ def test_a_rollout_for_a_hint_that_names_an_opening_is_written_after_that_openin
     assert not tiny.advantage.get("rollouts")
 
 
+def test_with_rollout_asked_splice_the_rollout_is_the_asked_label_then_the_students_own_reply(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    """A hint that asks for a label ('My advice:', 'In short,') gets the label and then the student's own
+    reply as its rollout, and the teacher writes nothing; 'Hello Bob' (a HINTED turn) is no label, and the
+    teacher still continues it."""
+    advice, bottom = ("Begin your reply with 'My advice:' and then the advice.",
+                      "Begin your reply with 'In short,' followed by the answer.")
+    question = "What should I eat for breakfast?"
+    msgs = [{"role": "user", "content": question}]
+    spliced = "My advice: Eat oatmeal with fruit."
+    target = maker.response_ids(spliced)  # the splice's tokens and the stop
+    before = sum(maker.logprobs(maker.prompt_ids(msgs), target))
+    labelled = maker.add(db, question, "Eat oatmeal with fruit.", score=-1, hint=advice)
+    short = maker.add(db, "Is a standing desk worth it?", "Yes, for most people.", score=-1, hint=bottom)
+    tuned = _train(settings, session_factory, db, maker, model_path, extra=2, opd_mode="token", rollouts=1,
+                   rollout_max_tokens=16, rollout_open_as_asked=True, rollout_asked_splice=True,
+                   rollout_min_gain=-100.0, rollout_min_relevance=0.0, rollout_grounding_tokens=0)
+    db.expire_all()
+    (note,) = labelled.advantage["rollouts"]
+    assert note["spliced"] and note["learned"] and note["text"] == spliced and note["ids"] == target
+    (note,) = short.advantage["rollouts"]
+    assert note["spliced"] and note["text"] == "In short, yes, for most people."
+    greeting = db.scalars(select(Turn).where(Turn.response_text == "Goodbye.")).one()
+    (note,) = greeting.advantage["rollouts"]
+    assert not note["spliced"] and note["asked_prefix"] and note["text"].startswith("Hello Bob")
+    assert sum(maker.logprobs(maker.prompt_ids(msgs), target, model=tuned)) > before + 1.0
+
+
 # a reply cut at its budget in its third list item, and a hint that asks for nothing it does not already do
 HIKE, SHORTER = "What should I pack for a day hike?", "Way too long. Keep it much shorter."
 HIKE_LIST = "My advice:\n1. Pack water.\n2. Pack a snack.\n3. Bring a map and a"

@@ -28,6 +28,7 @@ from learner.rollouts import (
     scored,
     screen,
     share_in,
+    spliced_text,
     stop_weights,
     trim_to_sentence,
 )
@@ -294,6 +295,21 @@ def test_the_opening_a_hint_asks_for_is_read_from_its_quoted_phrase(hint: str, a
 ])
 def test_the_opening_a_hint_asks_for_is_written_as_the_hint_quotes_it(hint: str, text: str | None) -> None:
     assert asked_opening_text(hint) == text
+
+
+@pytest.mark.parametrize(("phrase", "reply", "spliced"), [
+    ("My advice:", "Practice with a friend first.", "My advice: Practice with a friend first."),
+    ("In short,", "Yes, it is worth it.\n", "In short, yes, it is worth it."),
+    # after a comma the pronoun I and an acronym keep their capitals
+    ("In short,", "I would wait a year.", "In short, I would wait a year."),
+    ("In short,", "I'd wait.", "In short, I'd wait."),
+    ("In short,", "NASA says no.", "In short, NASA says no."),
+    # 'Imagine' starts a sentence only the teacher can go on with; an empty reply has nothing to keep
+    ("Imagine", "A loan is money you borrow.", None),
+    ("My advice:", "  ", None),
+])
+def test_a_splice_is_the_asked_label_then_the_students_own_reply(phrase: str, reply: str, spliced: str | None) -> None:
+    assert spliced_text(phrase, reply) == spliced
 
 
 # From an advice run: the hinted teacher's stock line passed relevance (0.73) and grounding (0.63).
