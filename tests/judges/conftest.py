@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -24,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sqlalchemy.orm import Session
 
 from core.blobs import insert_blobs, json_row
 from core.models import ChatSession, Turn, TurnStatus, utcnow
+from tests.utils.server import run_server
 
 PRM_YES = "The tool call succeeded and the user thanked the assistant.\n\\boxed{1}"
 PRM_NO = "The user says the answer is wrong.\n\\boxed{-1}"
@@ -113,26 +112,12 @@ async def stream(judge: ScriptedJudge, text: str, rid: str, created: int, model:
     yield "data: [DONE]\n\n"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def judge_server() -> Iterator[ScriptedJudge]:
     judge = ScriptedJudge()
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(judge), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    judge.url = f"http://127.0.0.1:{port}/v1"
-    yield judge
-    server.should_exit = True
-    thread.join(timeout=5)
+    with run_server(build_app(judge)) as url:  # binds port 0: no pick-then-bind race between test processes
+        judge.url = f"{url}/v1"
+        yield judge
 
 
 def add_turn(

@@ -7,19 +7,16 @@ the overview and the session page under `.artifacts/` for a person to look at.
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.settings import Settings
 from tests.review.conftest import ADMIN, build_app
 from tests.utils.factories import judged_session, make_adapter_version, make_label, make_session, make_turn
+from tests.utils.server import run_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts"
@@ -42,28 +39,10 @@ def require_chromium() -> None:
     pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium package to run the browser test")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def server(settings: Settings, session_factory: sessionmaker[Session]) -> Iterator[str]:
-    port = free_port()
-    config = uvicorn.Config(
-        build_app(settings, session_factory), host="127.0.0.1", port=port, log_level="warning"
-    )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start within 15 s"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with run_server(build_app(settings, session_factory)) as url:  # binds port 0
+        yield url
 
 
 @pytest.fixture
