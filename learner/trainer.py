@@ -287,8 +287,11 @@ class Learner:
                                       chunk=cfg.logprob_chunk)
         student = rollouts.scored(self.model, [samples[i].prompt_ids for i in turns], replies,
                                   device=self.device, chunk=cfg.logprob_chunk)
-        gained = rollouts.gains([t[n:] for t, n in zip(teacher, own, strict=True)],
-                                [s[n:] for s, n in zip(student, own, strict=True)])
+        # the gain is read on what the hint added: the teacher's part, or a splice's label (rollout_splice_gain)
+        added = [slice(0, r.spliced_at) if r.spliced_at is not None and cfg.rollout_splice_gain == "label"
+                 else slice(r.own, None) for r in found]
+        gained = rollouts.gains([t[part] for t, part in zip(teacher, added, strict=True)],
+                                [s[part] for s, part in zip(student, added, strict=True)])
         texts = [self.tokenizer.decode(reply, skip_special_tokens=True) for reply in replies]
         grounded: list[float | None] = [None] * len(turns)
         if cfg.rollout_grounding_tokens:  # checked after the phrase the hint asks to open with, if any

@@ -259,6 +259,26 @@ def test_with_rollout_asked_splice_the_rollout_is_the_asked_label_then_the_stude
     assert sum(maker.logprobs(maker.prompt_ids(msgs), target, model=tuned)) > before + 1.0
 
 
+def test_with_rollout_splice_gain_label_a_splices_gain_is_read_on_its_label_alone(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    hint, question = "Begin your reply with 'My advice:' and then the advice.", "What should I eat for breakfast?"
+    msgs = [{"role": "user", "content": question}]
+    label = maker.tokenizer("My advice:", add_special_tokens=False)["input_ids"]
+    spliced = maker.add(db, question, "Eat oatmeal with fruit.", score=-1, hint=hint)
+    _version(settings, session_factory, db, maker, extra=1, steps=1, opd_mode="token", rollouts=1,
+             rollout_max_tokens=16, rollout_open_as_asked=True, rollout_asked_splice=True,
+             rollout_splice_gain="label", rollout_min_gain=-100.0, rollout_min_relevance=0.0,
+             rollout_grounding_tokens=0)
+    db.expire_all()
+    (note,) = spliced.advantage["rollouts"]
+    assert note["spliced"] and note["ids"][:len(label)] == label
+    # the hinted teacher's mean logprob of the label minus the student's (a fresh adapter: the base)
+    teacher = maker.logprobs(maker.prompt_ids(teacher_messages(msgs, hint)), label)
+    student = maker.logprobs(maker.prompt_ids(msgs), label)
+    assert note["gain"] == pytest.approx((sum(teacher) - sum(student)) / len(label), abs=2e-3)
+
+
 # a reply cut at its budget in its third list item, and a hint that asks for nothing it does not already do
 HIKE, SHORTER = "What should I pack for a day hike?", "Way too long. Keep it much shorter."
 HIKE_LIST = "My advice:\n1. Pack water.\n2. Pack a snack.\n3. Bring a map and a"
