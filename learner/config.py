@@ -180,18 +180,20 @@ class TrainConfig:
         "refused pictures of the thing asked (docs/BENCHMARKS.md).")
     rollout_asked_splice: bool = _f(
         False, "With rollout_open_as_asked, for a hint whose asked phrase is a label closed by a colon or a comma "
-        "('My advice:', 'In short,'), the rollout is that label and then the student's own reply as sampled, in "
-        "place of a continuation the teacher writes: the hint applied as an edit (`rollouts.spliced_text`). "
-        "What SmolLM2-135M writes after 'My advice:' is mostly generic list items, and advice's guard fell while "
-        "such rollouts were learned; the student's own reply is its answer to the question. A splice passes the "
-        "same screens (its gain read over all of it, the label included) and is trimmed after the label. A "
-        "phrase that starts a sentence ('Imagine') still gets the teacher's continuation.")
+        "('My advice:', 'In short,'), the rollout is that label and then the student's own reply (decoded and "
+        "tokenized again, its first letter lowered after a comma), in place of a continuation the teacher "
+        "writes: the hint applied as an edit (`rollouts.spliced_text`). What SmolLM2-135M writes after 'My "
+        "advice:' is mostly generic list items, and advice's guard fell while such rollouts were learned; the "
+        "student's own reply is its answer to the question. A splice passes the same screens (its gain: see "
+        "rollout_splice_gain) and is trimmed after the label. A phrase that starts a sentence ('Imagine') "
+        "still gets the teacher's continuation.")
     rollout_splice_gain: Literal["all", "label"] = _f(
-        "all", "Where a splice's gain (rollout_min_gain) is read. all: over the whole splice. Once the student "
-        "has moved from the base, it finds its own words likelier than the hinted base teacher does, and in "
-        "the first splice runs (advice and bottomline, seeds 0 and 1) 62 of 83 refused splices failed on "
-        "gain alone (3 to 6 learned a run). label: over the label only, as a divergence rollout's gain is read "
-        "on the teacher's part only: what the hint asks for against what the student already writes.")
+        "all", "Where a splice's gain is read (screened by rollout_asked_min_gain if set, else rollout_min_gain). "
+        "all: over the whole splice. Once the student has moved from the base, it finds its own words likelier "
+        "than the hinted base teacher does, and in the first splice runs (advice and bottomline, seeds 0 and "
+        "1) 62 of 83 refused splices failed on gain alone (3 to 6 learned a run). label: over the label only, "
+        "as a divergence rollout's gain is read on the teacher's part only: what the hint asks for against "
+        "what the student already writes.")
     rollout_min_relevance: float = _f(
         0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "
@@ -414,6 +416,8 @@ class TrainConfig:
                             "set rollout_open_as_asked too")
         if self.rollout_splice_gain not in ("all", "label"):
             problems.append(f"rollout_splice_gain={self.rollout_splice_gain!r}: set all or label")
+        if self.rollout_splice_gain != "all" and not self.rollout_asked_splice:
+            problems.append("rollout_splice_gain reads the gain of splices: set rollout_asked_splice too")
         if self.rollout_asked_splice and not self.rollout_open_as_asked:
             problems.append("rollout_asked_splice splices the phrase a hint asks replies to open with: "
                             "set rollout_open_as_asked too")

@@ -394,7 +394,9 @@ class Learner:
                  eos: list[int]) -> dict[int, tuple[list[int], int]]:
         """Per sample whose reply does not open with the label its hint asks for (`asked`), the splice
         (`rollout_asked_splice`): that label and then the student's own reply, as ids (with the stop if the
-        reply stopped), and the label's length in tokens. A phrase `rollouts.spliced_text` refuses gets none."""
+        reply stopped, its own stop), and the label's length in tokens. A phrase `rollouts.spliced_text` refuses
+        gets none, and so does a splice whose tokens do not begin with the label's own: the gain and the trim
+        count the label by its tokens."""
         out = {}
         for i, phrase in asked.items():
             reply = samples[i].response_ids
@@ -402,7 +404,8 @@ class Learner:
                                          self.tokenizer.decode(reply, skip_special_tokens=True))
             if text is not None:
                 ids = self.tokenizer.encode(text, add_special_tokens=False)
-                out[i] = (ids + [eos[0]] if reply and reply[-1] in eos else ids, len(phrase))
+                if ids[:len(phrase)] == phrase:
+                    out[i] = (ids + [reply[-1]] if reply and reply[-1] in eos else ids, len(phrase))
         return out
 
     def _asked_prefixes(self, samples: list[Sample], hinted: list[int]) -> dict[int, list[int]]:

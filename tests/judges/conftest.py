@@ -115,7 +115,9 @@ async def stream(judge: ScriptedJudge, text: str, rid: str, created: int, model:
 @pytest.fixture
 def judge_server() -> Iterator[ScriptedJudge]:
     judge = ScriptedJudge()
-    with run_server(build_app(judge)) as url:  # binds port 0: no pick-then-bind race between test processes
+    # port 0: no pick-then-bind race between test processes; a request still held by `delay_s` is not
+    # waited for at shutdown
+    with run_server(build_app(judge), timeout_graceful_shutdown=1) as url:
         judge.url = f"{url}/v1"
         yield judge
 
