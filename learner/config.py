@@ -193,7 +193,9 @@ class TrainConfig:
         "than the hinted base teacher does, and in the first splice runs (advice and bottomline, seeds 0 and "
         "1) 62 of 83 refused splices failed on gain alone (3 to 6 learned a run). label: over the label only, "
         "as a divergence rollout's gain is read on the teacher's part only: what the hint asks for against "
-        "what the student already writes.")
+        "what the student already writes. With it (advice and bottomline, seeds 0 and 1) advice ended at +0.50 "
+        "(guard 0.92) and bottomline at +0.75 (0.96), against +0.63 (0.88) and +0.63 (0.79) with all; one run "
+        "each (docs/BENCHMARKS.md).")
     rollout_min_relevance: float = _f(
         0.3, "Learn a rollout only if its all-MiniLM-L6-v2 cosine similarity to the conversation's opening "
         "user message is at least this (a reply about something else, such as a stock apology, is not learned; "
