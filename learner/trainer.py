@@ -376,7 +376,7 @@ class Learner:
                  for i, reply in zip(order, written, strict=True) if reply]
         found += [_Rollout(i, samples[i].response_ids, len(samples[i].response_ids), prompts[i], stop_only=True)
                   for i in stop_only]
-        found += [_Rollout(i, ids, 0, prompts[i], spliced_at=n) for i, (ids, n) in spliced.items()]
+        found += [_Rollout(i, ids, 0, prompts[i], spliced_at=len(asked[i])) for i, ids in spliced.items()]
         for r in found if cfg.rollout_trim else []:
             # with rollout_stop_in_reply a stop may fall in the student's part, never in an asked phrase
             start = r.own if r.turn in asked or not cfg.rollout_stop_in_reply else 0
@@ -391,12 +391,11 @@ class Learner:
         return [r for r in found if not r.stop_only or r.reply[-1] in eos]
 
     def _spliced(self, samples: list[Sample], asked: dict[int, list[int]],
-                 eos: list[int]) -> dict[int, tuple[list[int], int]]:
+                 eos: list[int]) -> dict[int, list[int]]:
         """Per sample whose reply does not open with the label its hint asks for (`asked`), the splice
-        (`rollout_asked_splice`): that label and then the student's own reply, as ids (with the stop if the
-        reply stopped, its own stop), and the label's length in tokens. A phrase `rollouts.spliced_text` refuses
-        gets none, and so does a splice whose tokens do not begin with the label's own: the gain and the trim
-        count the label by its tokens."""
+        (`rollout_asked_splice`): that label and then the student's own reply, as ids (with the reply's own
+        stop if it stopped). A phrase `rollouts.spliced_text` refuses gets none, and so does a splice whose
+        tokens do not begin with the label's own: the gain and the trim count the label by its tokens."""
         out = {}
         for i, phrase in asked.items():
             reply = samples[i].response_ids
@@ -405,7 +404,7 @@ class Learner:
             if text is not None:
                 ids = self.tokenizer.encode(text, add_special_tokens=False)
                 if ids[:len(phrase)] == phrase:
-                    out[i] = (ids + [reply[-1]] if reply and reply[-1] in eos else ids, len(phrase))
+                    out[i] = ids + [reply[-1]] if reply and reply[-1] in eos else ids
         return out
 
     def _asked_prefixes(self, samples: list[Sample], hinted: list[int]) -> dict[int, list[int]]:
