@@ -91,6 +91,12 @@ class TrainConfig:
         "At weight 0.5 the same seed went the same way (0.67 at v5, the label alone at the end); with kl_coef "
         "0.1 as well it held to the end on two seeds (see kl_coef). The anchor without it (kl_coef 0.1, seed 1) "
         "ended with nearly every reply the label said again and again (0.00), so the two work together. 0: off.")
+    unlikelihood_stutter: bool = _f(
+        False, "Unlikelihood on stutters as well: a run of 2 to 16 tokens that says again, right away and "
+        "whatever the case, the run before it (`losses.stutters`: 'My advice:My advice:', 'In short, in "
+        "short,'). Token 4-grams miss a doubled three-token label: in the first label-gain splice runs (advice, "
+        "seed 1) the side replies that said the label twice went from 0 of 12 at v3 to 12 of 12 at v7, and "
+        "v7 read 0.42 (guard 0.42) after 1.00 at v5.")
     w_unlikelihood: float = _f(
         1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
         "response tokens).")
@@ -451,7 +457,8 @@ class TrainConfig:
         idle = {
             "rollouts or rollout_replay (set either above 0)": (self.rollouts == 0 and self.rollout_replay == 0,
                                                                 ("rollout_stop_weight",)),
-            "unlikelihood_ngram (set 2 or more)": (self.unlikelihood_ngram == 0, ("w_unlikelihood",)),
+            "unlikelihood_ngram (set 2 or more) or unlikelihood_stutter": (
+                self.unlikelihood_ngram == 0 and not self.unlikelihood_stutter, ("w_unlikelihood",)),
             "kl_coef (set above 0)": (self.kl_coef == 0, ("kl_skip_asked",)),
             "lr_decay (set under 1)": (self.lr_decay == 1, ("lr_floor",)),
             "publish_check or publish_check_canary (set either above 0)": (

@@ -63,6 +63,28 @@ def repeats(ids: list[int], n: int) -> torch.Tensor:
     return out
 
 
+STUTTER_MARKS = " \t\r\n*_`\"'\u201c\u201d\u2018\u2019"  # left out of a piece's key: spacing, markdown, quotes
+
+
+def stutters(pieces: list[str], max_len: int = 16) -> torch.Tensor:
+    """[len(pieces)] bools: the piece lies in a run of 2 to `max_len` pieces that says again, right away,
+    the run before it ("My advice:My advice:", "In short, in short,"), read by each piece's text
+    lowercased, with its spacing, markdown marks and quotes left out (a piece of only those is skipped).
+    The second saying is marked, spacing inside it included. Token n-gram `repeats` misses such a stutter
+    when the phrase is shorter than its n, or when the second saying begins a different token (" in" after
+    "In"). A run needs a letter or digit in it, so a rule line of dashes is no stutter."""
+    keys = [(i, piece.strip(STUTTER_MARKS).lower()) for i, piece in enumerate(pieces)]
+    keys = [(i, key) for i, key in keys if key]
+    text = [key for _, key in keys]
+    out = torch.zeros(len(pieces), dtype=torch.bool)
+    for start in range(len(text)):
+        for n in range(2, min(max_len, (len(text) - start) // 2) + 1):
+            run = text[start:start + n]
+            if run == text[start + n:start + 2 * n] and any(ch.isalnum() for key in run for ch in key):
+                out[keys[start + n][0]:keys[start + 2 * n - 1][0] + 1] = True
+    return out
+
+
 def unlikelihood(logp: torch.Tensor) -> torch.Tensor:
     """Per-token -log(1 - p): pushes down a token the student should not have written (Welleck et al.,
     "Neural Text Generation with Unlikelihood Training", 2019). Unlike a negative advantage its pull

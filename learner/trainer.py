@@ -48,6 +48,7 @@ from learner.losses import (
     kl_to_reference,
     opd_token_advantage,
     repeats,
+    stutters,
     tail_logprob,
     topk_forward_kl,
     topk_reverse_kl,
@@ -86,7 +87,7 @@ class BatchTargets:
     # (sample index, text and verdict) of every rollout written, kept or not, for review
     rollout_notes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     replay: Packed | None = None  # rollouts learned in earlier batches, learned again (rollout_replay)
-    repeated: torch.Tensor | None = None  # [n] bools: the token repeats an n-gram of its reply (unlikelihood_ngram)
+    repeated: torch.Tensor | None = None  # [n] bools: unlikelihood pushes the token down (`Learner._repeated`)
     anchored: torch.Tensor | None = None  # [n] bools: tokens the KL anchor counts (kl_skip_asked); None: all
 
 
@@ -223,12 +224,23 @@ class Learner:
             self._teacher(samples, distilled, student, out)
         if hinted and cfg.rollouts:
             self._rollouts(samples, hinted, out)
-        if cfg.unlikelihood_ngram:
-            again = torch.cat([repeats(s.response_ids, cfg.unlikelihood_ngram) for s in samples]).to(self.device)
+        if cfg.unlikelihood_ngram or cfg.unlikelihood_stutter:
+            again = torch.cat([self._repeated(s.response_ids) for s in samples]).to(self.device)
             out.repeated = again if again.any() else None
         if cfg.kl_coef and cfg.kl_skip_asked:
             out.anchored = self._anchored(samples)
         out.advantage = out.rl_adv + out.opd_adv
+        return out
+
+    def _repeated(self, ids: list[int]) -> torch.Tensor:
+        """[len(ids)] bools: the reply tokens the unlikelihood loss pushes down (unlikelihood_ngram's repeats,
+        unlikelihood_stutter's stutters)."""
+        cfg = self.config
+        out = torch.zeros(len(ids), dtype=torch.bool)
+        if cfg.unlikelihood_ngram:
+            out |= repeats(ids, cfg.unlikelihood_ngram)
+        if cfg.unlikelihood_stutter:
+            out |= stutters(self.tokenizer.batch_decode([[i] for i in ids]))
         return out
 
     def _anchored(self, samples: list[Sample]) -> torch.Tensor | None:

@@ -14,6 +14,7 @@ from learner.losses import (
     kl_to_reference,
     opd_token_advantage,
     repeats,
+    stutters,
     tail_logprob,
     topk_forward_kl,
     topk_reverse_kl,
@@ -75,6 +76,25 @@ def test_repeats_marks_every_token_of_an_ngram_seen_before() -> None:
     assert repeats([5, 7, 8, 6, 7, 8], 2).tolist() == [False, False, False, False, True, True]
     assert not repeats([5, 7, 8, 6, 7, 8], 3).any()
     assert not repeats([1, 2, 3, 4], 2).any() and repeats([], 3).tolist() == []
+
+
+def test_stutters_marks_a_run_said_again_right_away_whatever_its_case_spacing_or_quotes() -> None:
+    # SmolLM2's pieces of "In short, in short, the answer is yes."
+    pieces = ["In", " short", ",", " in", " short", ",", " the", " answer", " is", " yes", "."]
+    assert [p for p, m in zip(pieces, stutters(pieces), strict=True) if m] == [" in", " short", ","]
+    # spacing, markdown and quotes between the two sayings are skipped; inside the second one, marked
+    pieces = ["My", " advice", ":", "\n\n", " **", "\"", "My", "\n", " advice", ":", " Start"]
+    assert stutters(pieces).tolist() == [False] * 6 + [True] * 4 + [False]
+    # a 4-token run said again is a stutter too; 4-gram repeats needs four tokens beyond
+    assert stutters(["a", "b", "c", "d", "a", "b", "c", "d"]).tolist() == [False] * 4 + [True] * 4
+
+
+def test_stutters_leaves_alone_what_is_no_stutter() -> None:
+    assert not stutters(["Thank", " you", ",", " thank", " you", " so", " much"]).any()  # not right away
+    assert not stutters(["It", " is", " very", ",", " very", " good"]).any()  # one word: may be meant
+    assert not stutters(["|", " ---", " |", " ---", " |"]).any()  # no letter or digit: a table's rule line
+    assert not stutters(["a", "b", "x", "a", "b"]).any() and stutters([]).tolist() == []
+    assert not stutters(["a", "b", "a", "b"], max_len=1).any()
 
 
 def test_unlikelihood_is_minus_log_one_minus_p_and_pushes_the_token_down() -> None:

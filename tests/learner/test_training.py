@@ -18,6 +18,7 @@ from core.models import AdapterState, AdapterVersion, Turn, TurnStatus
 from core.pointer import current_version_id
 from core.settings import Settings
 from learner.config import TrainConfig
+from learner.losses import repeats, stutters
 from learner.run import get_learner, run_train_step
 from tests.learner.factories import TurnMaker
 
@@ -150,3 +151,24 @@ def test_a_batch_with_nothing_to_learn_leaves_the_weights_as_they_were(
     assert any(w1[k].abs().sum() > 0 for k in w1 if "lora_B" in k)  # the first batch did learn
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
     assert [s["grad_norm"] for s in second.metrics["steps"]] == [0.0]  # one step found nothing, the rest skipped
+
+
+def test_unlikelihood_stutter_pushes_down_a_phrase_said_twice_in_a_row(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
+) -> None:
+    """Every score the same, so RL has nothing to push with (as above) and what moves is the stutter's
+    unlikelihood alone."""
+    user, doubled = "How can I get better at small talk?", "In short, in short, ask one question."
+    prompt, reply = maker.prompt_ids([{"role": "user", "content": user}]), maker.response_ids(doubled)[:-1]
+    again = stutters(maker.tokenizer.batch_decode([[i] for i in reply]))
+    assert again.sum() == 3 and not repeats(reply, 4).any()  # " in short,", which token 4-grams miss
+    before = torch.tensor(maker.logprobs(prompt, reply))[again].sum()
+    maker.add(db, user, doubled, score=-1)
+    for user_, reply_ in GOOD + BAD[:1]:
+        maker.add(db, user_, reply_, score=-1)
+    db.commit()
+    config = TrainConfig.from_settings(settings, **FAST, method="rl", unlikelihood_stutter=True)
+    version = run_train_step(session_factory, settings, config=config)
+    assert version is not None
+    after = torch.tensor(maker.logprobs(prompt, reply, model=_adapter_model(model_path, version)))[again].sum()
+    assert after < before - 1.0  # measured: -8.74 nats before, -14.17 after
