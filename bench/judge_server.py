@@ -8,7 +8,6 @@ throwaway data dir (judge calls are internal turns, which are never logged anywa
 
 from __future__ import annotations
 
-import socket
 import tempfile
 import threading
 import time
@@ -23,12 +22,6 @@ from core.settings import Settings
 from proxy.app import create_app
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class LocalJudgeServer:
     """`with LocalJudgeServer(settings) as server:` serves `settings.model` at `server.url`."""
 
@@ -36,13 +29,13 @@ class LocalJudgeServer:
         self._tmp = tempfile.TemporaryDirectory(prefix="learnproxy-judge-")
         data = Path(self._tmp.name)
         (data / "models").symlink_to(settings.models_dir.resolve(), target_is_directory=True)
-        self.port = _free_port()
         self.settings = settings.model_copy(update={
-            "data_dir": data, "database_url": None, "port": self.port, "engine": "embedded",
+            "data_dir": data, "database_url": None, "engine": "embedded",
             "enqueue": False, "auto_train": False, "api_keys": [],
         })
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        config = uvicorn.Config(create_app(self.settings), host="127.0.0.1", port=self.port, log_level="warning")
+        self.url = ""  # set once the server has bound its port
+        # port 0: the OS picks a free port as the server binds it (a port picked first can be taken between)
+        config = uvicorn.Config(create_app(self.settings), host="127.0.0.1", port=0, log_level="warning")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True, name="judge-server")
 
@@ -56,6 +49,7 @@ class LocalJudgeServer:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("the local judge server did not start")
             time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self._server.servers[0].sockets[0].getsockname()[1]}/v1"
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
