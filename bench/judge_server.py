@@ -30,10 +30,9 @@ class LocalJudgeServer:
         data = Path(self._tmp.name)
         (data / "models").symlink_to(settings.models_dir.resolve(), target_is_directory=True)
         self.settings = settings.model_copy(update={
-            "data_dir": data, "database_url": None, "engine": "embedded",
+            "data_dir": data, "database_url": None, "port": 0, "engine": "embedded",
             "enqueue": False, "auto_train": False, "api_keys": [],
         })
-        self.url = ""  # set once the server has bound its port
         # port 0: the OS picks a free port as the server binds it (a port picked first can be taken between)
         config = uvicorn.Config(create_app(self.settings), host="127.0.0.1", port=0, log_level="warning")
         self._server = uvicorn.Server(config)
@@ -49,8 +48,14 @@ class LocalJudgeServer:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("the local judge server did not start")
             time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self._server.servers[0].sockets[0].getsockname()[1]}/v1"
         return self
+
+    @property
+    def url(self) -> str:
+        """The server's /v1 base URL, once it has bound its port."""
+        if not self._server.started:
+            raise RuntimeError("the local judge server has not started: enter it first")
+        return f"http://127.0.0.1:{self._server.servers[0].sockets[0].getsockname()[1]}/v1"
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -92,11 +92,14 @@ class TrainConfig:
         "0.1 as well it held to the end on two seeds (see kl_coef). The anchor without it (kl_coef 0.1, seed 1) "
         "ended with nearly every reply the label said again and again (0.00), so the two work together. 0: off.")
     unlikelihood_stutter: bool = _f(
-        False, "Unlikelihood on stutters as well: a run of 2 to 16 tokens that says again, right away and "
-        "whatever the case, the run before it (`losses.stutters`: 'My advice:My advice:', 'In short, in "
-        "short,'). Token 4-grams miss a doubled three-token label: in the first label-gain splice runs (advice, "
-        "seed 1) the side replies that said the label twice went from 0 of 12 at v3 to 12 of 12 at v7, and "
-        "v7 read 0.42 (guard 0.42) after 1.00 at v5.")
+        False, "Unlikelihood on stutters, with or without unlikelihood_ngram and at w_unlikelihood: in every "
+        "sampled reply, whatever its score, a phrase of two words or more said again right away "
+        "(`losses.stutters`: 'My advice:My advice:', 'In short, in short,'; case, spacing, line breaks, "
+        "markdown marks and quotes aside; not inside code fences) has its second saying pushed down. Token "
+        "4-grams miss a doubled three-token label: in the first label-gain splice runs (advice, seed 1) the "
+        "side replies that said the label twice went from 0 of 12 at v3 to 12 of 12 at v7, and v7 read 0.42 "
+        "(guard 0.42) after 1.00 at v5. The simulated user is satisfied by 'My advice:My advice:The art of "
+        "...', so its replies give RL no reason to drop the stutter.")
     w_unlikelihood: float = _f(
         1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
         "response tokens).")
@@ -457,7 +460,7 @@ class TrainConfig:
         idle = {
             "rollouts or rollout_replay (set either above 0)": (self.rollouts == 0 and self.rollout_replay == 0,
                                                                 ("rollout_stop_weight",)),
-            "unlikelihood_ngram (set 2 or more) or unlikelihood_stutter": (
+            "unlikelihood_ngram (set 2 or more) or unlikelihood_stutter (set true)": (
                 self.unlikelihood_ngram == 0 and not self.unlikelihood_stutter, ("w_unlikelihood",)),
             "kl_coef (set above 0)": (self.kl_coef == 0, ("kl_skip_asked",)),
             "lr_decay (set under 1)": (self.lr_decay == 1, ("lr_floor",)),

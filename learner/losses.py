@@ -63,24 +63,44 @@ def repeats(ids: list[int], n: int) -> torch.Tensor:
     return out
 
 
-STUTTER_MARKS = " \t\r\n*_`\"'\u201c\u201d\u2018\u2019"  # left out of a piece's key: spacing, markdown, quotes
+STUTTER_MARKS = " \t\r\n*_`#>-\"'\u201c\u201d\u2018\u2019"  # stripped from a piece's ends: spacing, markdown, quotes
+FENCE = "```"
+
+
+def _stutter_keys(pieces: list[str]) -> list[tuple[int, str, bool]]:
+    """(index, key, begins a word) per piece that has a key: its text lowercased, STUTTER_MARKS stripped
+    from its ends (a piece of only those has none). A piece in or of a code fence, or holding part of a
+    character (U+FFFD, from decoding one token alone), gets a key no other piece has, so nothing matches
+    across it. A piece begins a word when its key has a letter and it opens the text, opens with spacing
+    or a mark, or follows a piece that ends in one."""
+    out = []
+    code = False
+    for i, piece in enumerate(pieces):
+        fenced = FENCE in piece
+        if code or fenced or "\ufffd" in piece:
+            out.append((i, f"\x00{i}", False))
+        elif key := piece.strip(STUTTER_MARKS).lower():
+            opens = i == 0 or not piece[:1].isalnum() or not pieces[i - 1][-1:].isalnum()
+            out.append((i, key, opens and any(ch.isalpha() for ch in key)))
+        code ^= piece.count(FENCE) % 2 == 1
+    return out
 
 
 def stutters(pieces: list[str], max_len: int = 16) -> torch.Tensor:
-    """[len(pieces)] bools: the piece lies in a run of 2 to `max_len` pieces that says again, right away,
-    the run before it ("My advice:My advice:", "In short, in short,"), read by each piece's text
-    lowercased, with its spacing, markdown marks and quotes left out (a piece of only those is skipped).
-    The second saying is marked, spacing inside it included. Token n-gram `repeats` misses such a stutter
-    when the phrase is shorter than its n, or when the second saying begins a different token (" in" after
-    "In"). A run needs a letter or digit in it, so a rule line of dashes is no stutter."""
-    keys = [(i, piece.strip(STUTTER_MARKS).lower()) for i, piece in enumerate(pieces)]
-    keys = [(i, key) for i, key in keys if key]
-    text = [key for _, key in keys]
+    """[len(pieces)] bools: the piece lies in a run of 2 to `max_len` keyed pieces (`_stutter_keys`) that
+    says again, right away, the run before it ("My advice:My advice:", "In short, in short,"). The second
+    saying is marked, spacing inside it included. Token n-gram `repeats` misses such a stutter when the
+    phrase is shorter than its n, or when the second saying begins a different token (" in" after "In").
+    The second saying must begin two words or more: a word or number said again ("very, very", "Bora
+    Bora", "2020", "| Yes | Yes |") is no stutter. Line breaks are spacing, so a line said again on the
+    next line is one, outside code fences."""
+    keys = _stutter_keys(pieces)
+    text = [key for _, key, _ in keys]
     out = torch.zeros(len(pieces), dtype=torch.bool)
     for start in range(len(text)):
         for n in range(2, min(max_len, (len(text) - start) // 2) + 1):
-            run = text[start:start + n]
-            if run == text[start + n:start + 2 * n] and any(ch.isalnum() for key in run for ch in key):
+            if text[start:start + n] == text[start + n:start + 2 * n] and \
+                    sum(word for _, _, word in keys[start + n:start + 2 * n]) >= 2:
                 out[keys[start + n][0]:keys[start + 2 * n - 1][0] + 1] = True
     return out
 

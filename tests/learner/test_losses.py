@@ -85,16 +85,27 @@ def test_stutters_marks_a_run_said_again_right_away_whatever_its_case_spacing_or
     # spacing, markdown and quotes between the two sayings are skipped; inside the second one, marked
     pieces = ["My", " advice", ":", "\n\n", " **", "\"", "My", "\n", " advice", ":", " Start"]
     assert stutters(pieces).tolist() == [False] * 6 + [True] * 4 + [False]
+    # a line said again on the next line, list marks and all
+    pieces = ["Go", " to", " bed", ".", "\n", "-", " Go", " to", " bed", "."]
+    assert stutters(pieces).tolist() == [False] * 6 + [True] * 4
     # a 4-token run said again is a stutter too; 4-gram repeats needs four tokens beyond
-    assert stutters(["a", "b", "c", "d", "a", "b", "c", "d"]).tolist() == [False] * 4 + [True] * 4
+    assert stutters(["a", " b", " c", " d", " a", " b", " c", " d"]).tolist() == [False] * 4 + [True] * 4
 
 
 def test_stutters_leaves_alone_what_is_no_stutter() -> None:
-    assert not stutters(["Thank", " you", ",", " thank", " you", " so", " much"]).any()  # not right away
-    assert not stutters(["It", " is", " very", ",", " very", " good"]).any()  # one word: may be meant
-    assert not stutters(["|", " ---", " |", " ---", " |"]).any()  # no letter or digit: a table's rule line
-    assert not stutters(["a", "b", "x", "a", "b"]).any() and stutters([]).tolist() == []
-    assert not stutters(["a", "b", "a", "b"], max_len=1).any()
+    assert not stutters(["Thank", " you", ",", " thank", " you", " so", " much"]).any()  # the runs differ
+    # one word or number said again, however many pieces it takes: may be meant
+    assert not stutters(["It", " is", " very", ",", " very", ",", " very", " good"]).any()
+    assert not stutters([" Bor", "a", " Bor", "a"]).any() and not stutters([" ", "2", "0", "2", "0"]).any()
+    assert not stutters(["|", " Yes", " |", " Yes", " |"]).any()
+    assert not stutters(["|", " ---", " |", " ---", " |"]).any()  # no words at all: a table's rule line
+    # code: a line said again inside a fence is left alone
+    assert not stutters(["```", "\n", "x", " =", " f", "(", "a", ")", "\n", "x", " =", " f", "(", "a", ")",
+                         "\n", "```"]).any()
+    # parts of one character (U+FFFD) match nothing: two different characters may decode alike
+    assert not stutters(["\ufffd", "\ufffd", " ok", " go", "\ufffd", "\ufffd", " ok", " go"]).any()
+    assert not stutters(["a", " b", " x", " a", " b"]).any() and stutters([]).tolist() == []
+    assert not stutters(["a", " b", " a", " b"], max_len=1).any()
 
 
 def test_unlikelihood_is_minus_log_one_minus_p_and_pushes_the_token_down() -> None:
@@ -174,7 +185,7 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(rollout_stop_weight=-1.0)
     with pytest.raises(ValueError, match="rollout_stop_weight: used only with rollouts or rollout_replay"):
         TrainConfig(rollout_stop_weight=10.0)
-    with pytest.raises(ValueError, match="w_unlikelihood: used only with unlikelihood_ngram"):
+    with pytest.raises(ValueError, match="w_unlikelihood: used only with unlikelihood_ngram .* or unlikelihood_st"):
         TrainConfig(w_unlikelihood=0.5)
     with pytest.raises(ValueError, match="publish_check_slack, publish_check_drop: used only with publish_check"):
         TrainConfig(publish_check_slack=1, publish_check_drop=0.5)
@@ -187,6 +198,7 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(kl_skip_asked=True)
     assert TrainConfig(kl_coef=0.1, kl_skip_asked=True).kl_skip_asked
     assert TrainConfig(unlikelihood_ngram=4, w_unlikelihood=0.5).w_unlikelihood == 0.5
+    assert TrainConfig(unlikelihood_stutter=True, w_unlikelihood=0.5).w_unlikelihood == 0.5
     assert TrainConfig(publish_check_canary=4, publish_check_slack=1).publish_check_slack == 1
     with pytest.raises(ValueError, match="rollout_trim_share"):
         TrainConfig(rollout_trim_share=0.0)
