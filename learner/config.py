@@ -99,7 +99,9 @@ class TrainConfig:
         "4-grams miss a doubled three-token label: in the first label-gain splice runs (advice, seed 1) the "
         "side replies that said the label twice went from 0 of 12 at v3 to 12 of 12 at v7, and v7 read 0.42 "
         "(guard 0.42) after 1.00 at v5. The simulated user is satisfied by 'My advice:My advice:The art of "
-        "...', so its replies give RL no reason to drop the stutter.")
+        "...', so its replies give RL no reason to drop the stutter. On the label-gain splice config (advice and "
+        "bottomline) seed 1 then ended at +1.00 with guard 1.00 on both users (without: +0.50 and +1.00), seed "
+        "0 at +0.50 with guards 0.75 and 0.67 (without: 0.50 and 0.50, guards 1.00 and 0.92); one run each.")
     w_unlikelihood: float = _f(
         1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
         "response tokens).")
