@@ -74,6 +74,12 @@ class TrainConfig:
         "lines below were left out too): the skip left out 0 to 51 of 134 to 490 reply tokens a step (the "
         "run's step metrics), and advice still fell, to guard 0.08 at v4-v5 and 0.00 (guard "
         "0.50) at the end, most replies the label over empty list marks or a stock line.")
+    keep_asked_opening: bool = _f(
+        False, "On each sampled reply that opens with a phrase a hint of the same batch asks replies to begin "
+        "with, with the punctuation after it on its line, no token of that opening gets a negative advantage: "
+        "a -1 from the judge, or a hinted teacher that writes the phrase less readily than the student has "
+        "learned to, counts against what followed the opening, not against the opening the user asked for. "
+        "Positive advantages there stay. The KL anchor is kl_skip_asked's to leave out.")
     w_rl: float = _f(
         1.0, "Weight of the RL advantage. In combined mode it sets RL against distillation; in rl mode "
         "with kl_coef 0 it only scales the loss, which AdamW mostly normalises away (the gradient clip bites "

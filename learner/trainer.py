@@ -89,6 +89,7 @@ class BatchTargets:
     replay: Packed | None = None  # rollouts learned in earlier batches, learned again (rollout_replay)
     repeated: torch.Tensor | None = None  # [n] bools: unlikelihood pushes the token down (`Learner._repeated`)
     anchored: torch.Tensor | None = None  # [n] bools: tokens the KL anchor counts (kl_skip_asked); None: all
+    opening_kept: int = 0  # asked-opening tokens whose negative advantage keep_asked_opening zeroed
 
 
 @dataclass
@@ -228,8 +229,15 @@ class Learner:
             again = torch.cat([self._repeated(s.response_ids) for s in samples]).to(self.device)
             out.repeated = again if again.any() else None
         if cfg.kl_coef and cfg.kl_skip_asked:
-            out.anchored = self._anchored(samples)
+            opening = self._asked_opening(samples)
+            out.anchored = None if opening is None else ~opening
         out.advantage = out.rl_adv + out.opd_adv
+        if cfg.keep_asked_opening:
+            opening = self._asked_opening(samples)
+            if opening is not None:
+                pushed_down = opening & (out.advantage < 0)
+                out.opening_kept = int(pushed_down.sum())
+                out.advantage = torch.where(pushed_down, torch.zeros_like(out.advantage), out.advantage)
         return out
 
     def _repeated(self, ids: list[int]) -> torch.Tensor:
@@ -243,16 +251,17 @@ class Learner:
             out |= stutters(self.tokenizer.batch_decode([[i] for i in ids]))
         return out
 
-    def _anchored(self, samples: list[Sample]) -> torch.Tensor | None:
-        """[n] bools: the reply tokens the KL anchor counts, each reply's opening left out where it spells a
-        phrase one of the batch's hints asks replies to begin with; None when no hint asks for one."""
+    def _asked_opening(self, samples: list[Sample]) -> torch.Tensor | None:
+        """[n] bools: each reply's opening where it spells a phrase one of the batch's hints asks replies to
+        begin with (Begin your reply with 'My advice:'), with the punctuation after it on its line; None when
+        no hint of the batch asks for one. The marks on the lines below the phrase are not part of it:
+        "My advice:" over empty list marks is a failure."""
         phrases = set().union(*(rollouts.asked_openings(s.teacher_hint) for s in samples if s.hint))
         if not phrases:
             return None
-        # the marks on the lines below the phrase stay anchored: "My advice:" over empty list marks is a failure
         spans = [rollouts.phrase_span(s.response_ids, phrases, self.tokenizer.decode, same_line=True)
                  for s in samples]
-        return torch.cat([torch.arange(len(s.response_ids)) >= k
+        return torch.cat([torch.arange(len(s.response_ids)) < k
                           for s, k in zip(samples, spans, strict=True)]).to(self.device)
 
     def _teacher(
@@ -540,6 +549,7 @@ class Learner:
             "clip_frac": float(clipped[active].float().mean()) if active.any() else 0.0,
             "kl": float(kl.detach().mean()),
             "kl_anchored_tokens": int(anchored.numel()),
+            "opening_kept_tokens": t.opening_kept,
             "topk_kl": float(topk_kl.detach()),
             "rollout_loss": float(rollout.detach()),
             "rollout_kl": float(rollout_kl),

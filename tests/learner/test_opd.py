@@ -560,6 +560,46 @@ def test_kl_skip_asked_leaves_the_asked_opening_out_of_the_anchor(maker: TurnMak
     assert learner._targets(samples).anchored is None
 
 
+def test_keep_asked_opening_takes_no_blame_off_the_opening_the_hint_asked_for(
+    maker: TurnMaker, model_path: str
+) -> None:
+    """A reply that opens with the phrase its batch's hints ask for, then goes wrong, is scored -1: with
+    keep_asked_opening the opening's tokens get no negative advantage, the rest of the reply keeps it, and a
+    well-scored reply's opening keeps its positive advantage."""
+    asked = "Begin your reply with 'My advice:' and then the advice."
+    replies = [("What should I cook tonight?", "My advice: My advice: Cook a pasta.", -1, asked),
+               ("How do I sleep better?", "My advice: Keep the room cool and dark.", 1, None),
+               ("How do I start running?", "My advice:\n\n* Run.", -1, None)]
+    samples = []
+    for k, (user, text, score, hint) in enumerate(replies):
+        messages = [{"role": "user", "content": user}]
+        response = maker.response_ids(text)
+        samples.append(Sample(k, maker.prompt_ids(messages), response, [0.0] * len(response), score, hint,
+                              messages, hint_source="instruction" if hint else None))
+    sizes = [len(s.response_ids) for s in samples]
+    opening = [len(maker.tokenizer.encode("My advice:"))] * 3  # the space and line break go with what follows
+    learner = Learner(model_path, TrainConfig(method="combined", device="cpu"))
+    before = learner._targets(samples).advantage.split(sizes)
+    assert (before[2] < 0).all()  # unhinted, scored -1 against a batch mean of -1/3
+    learner.configure(TrainConfig(method="combined", device="cpu", keep_asked_opening=True))
+    targets = learner._targets(samples)
+    after = targets.advantage.split(sizes)
+    kept = 0
+    for k, n in enumerate(opening):
+        assert maker.tokenizer.decode(samples[k].response_ids[:n]).strip() == "My advice:"
+        assert torch.equal(after[k][n:], before[k][n:])  # what followed the opening is judged as before
+        assert torch.equal(after[k][:n], before[k][:n].clamp(min=0))
+        kept += int((before[k][:n] < 0).sum())
+    # the untrained student writes the label less readily than the hinted teacher, so the hinted reply's
+    # opening is pushed up here; after training it can be the other way round
+    assert kept >= opening[2]
+    assert (after[1] > 0).all()
+    assert targets.opening_kept == kept
+    assert learner._step(targets)["opening_kept_tokens"] == kept
+    # with no hint in the batch nothing says which opening was asked for, so nothing is kept
+    assert learner._targets(samples[1:]).opening_kept == 0
+
+
 def test_rollout_stop_weight_teaches_a_rollouts_stop_harder(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker, model_path: str
 ) -> None:
