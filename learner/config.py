@@ -79,7 +79,11 @@ class TrainConfig:
         "with, with the punctuation after it on its line, no token of that opening gets a negative advantage: "
         "a -1 from the judge, or a hinted teacher that writes the phrase less readily than the student has "
         "learned to, counts against what followed the opening, not against the opening the user asked for. "
-        "Positive advantages there stay. The KL anchor is kl_skip_asked's to leave out.")
+        "Positive advantages there stay. The phrases are those the batch's hints ask for and those the "
+        "deployment's recurring instructions ask for (learner/standing.py: given in standing_min_sessions "
+        "sessions among the latest standing_window instruction-hinted turns), since the late corrections "
+        "of a learned preference ('This has nothing to do with what I asked.') no longer say it. The KL "
+        "anchor is kl_skip_asked's to leave out.")
     w_rl: float = _f(
         1.0, "Weight of the RL advantage. In combined mode it sets RL against distillation; in rl mode "
         "with kl_coef 0 it only scales the loss, which AdamW mostly normalises away (the gradient clip bites "

@@ -29,7 +29,7 @@ from core.db import session_scope
 from core.modelload import resolve_model_path
 from core.models import AdapterState, AdapterVersion, Turn, TurnStatus
 from core.settings import Settings
-from learner import publish_check, regression, versions
+from learner import publish_check, regression, standing, versions
 from learner.config import TrainConfig
 from learner.samples import Collected, add_standing, collect_samples, replay_rollouts
 from learner.trainer import Learner, Progress, cached_learner
@@ -111,8 +111,12 @@ def _train(
         add_standing(session, config, collected.samples)
         if config.rollout_replay:
             replay = replay_rollouts(session, config.rollout_replay)
+        asked: frozenset[str] = frozenset()
+        if config.keep_asked_opening:
+            asked = frozenset(standing.recurring_openings(session, min_sessions=config.standing_min_sessions,
+                                                          window=config.standing_window))
     before = learner.adapter_state() if config.checks_before_publish and config.publish_check_tries > 1 else None
-    result = learner.train_batch(collected.samples, progress, replay=replay)
+    result = learner.train_batch(collected.samples, progress, replay=replay, asked=asked)
     verdict = _check(factory, learner, config, before)
     path = settings.adapters_dir / row.name
     learner.save(path)

@@ -36,7 +36,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.models import Turn
-from learner.rollouts import quoted, share_in
+from learner.rollouts import asked_openings, quoted, share_in
 
 SAME_SHARE = 0.5  # share of the shorter instruction's word trigrams the other must hold
 
@@ -88,6 +88,13 @@ def recurring(session: Session, *, most: int, min_sessions: int, window: int) ->
     standing = [g for _, g in groups if len(g.sessions) >= min_sessions]
     standing.sort(key=lambda g: (len(g.sessions), g.latest), reverse=True)
     return [g.phrasing() for g in standing[:most]]
+
+
+def recurring_openings(session: Session, *, min_sessions: int, window: int) -> set[str]:
+    """The phrases the deployment's recurring instructions (`recurring`) ask replies to begin with
+    (normalized, see `rollouts.normalized_phrase`)."""
+    texts = recurring(session, most=window, min_sessions=min_sessions, window=window)
+    return set().union(*(asked_openings(text) for text in texts))
 
 
 def with_standing(hint: str, standing: Sequence[str]) -> str:

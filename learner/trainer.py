@@ -179,12 +179,15 @@ class Learner:
     # --- one batch ---------------------------------------------------------------------------
 
     def train_batch(self, samples: list[Sample], progress: Progress | None = None,
-                    replay: list[tuple[list[int], list[int]]] | None = None) -> BatchResult:
+                    replay: list[tuple[list[int], list[int]]] | None = None,
+                    asked: frozenset[str] = frozenset()) -> BatchResult:
         """Run up to `steps_per_batch` optimizer steps on `samples` (and on the `replay` rollouts: (prompt
         ids, rollout ids) learned in earlier batches), stopping at a step whose gradient is zero or not
-        finite (no step is taken then); returns per-step metrics."""
+        finite (no step is taken then); returns per-step metrics. `asked`: openings the deployment's
+        users keep asking for (`standing.recurring_openings`), which keep_asked_opening spares beside
+        those the batch's hints ask for."""
         cfg = self.config
-        targets = self._targets(samples)
+        targets = self._targets(samples, asked)
         if replay:
             targets.replay = pack([p for p, _ in replay], [r for _, r in replay], self.device)
         self.model.train()
@@ -203,7 +206,7 @@ class Learner:
         return BatchResult(steps=steps, per_sample=_summaries(samples, targets))
 
     @torch.no_grad()
-    def _targets(self, samples: list[Sample]) -> BatchTargets:
+    def _targets(self, samples: list[Sample], asked: frozenset[str] = frozenset()) -> BatchTargets:
         cfg = self.config
         self.model.eval()
         packed = pack([s.prompt_ids for s in samples], [s.response_ids for s in samples], self.device)
@@ -233,7 +236,7 @@ class Learner:
             out.anchored = None if opening is None else ~opening
         out.advantage = out.rl_adv + out.opd_adv
         if cfg.keep_asked_opening:
-            opening = self._asked_opening(samples)
+            opening = self._asked_opening(samples, asked)
             if opening is not None:
                 pushed_down = opening & (out.advantage < 0)
                 out.opening_kept = int(pushed_down.sum())
@@ -251,12 +254,12 @@ class Learner:
             out |= stutters(self.tokenizer.batch_decode([[i] for i in ids]))
         return out
 
-    def _asked_opening(self, samples: list[Sample]) -> torch.Tensor | None:
+    def _asked_opening(self, samples: list[Sample], also: frozenset[str] = frozenset()) -> torch.Tensor | None:
         """[n] bools: each reply's opening where it spells a phrase one of the batch's hints asks replies to
-        begin with (Begin your reply with 'My advice:'), with the punctuation after it on its line; None when
-        no hint of the batch asks for one. The marks on the lines below the phrase are not part of it:
-        "My advice:" over empty list marks is a failure."""
-        phrases = set().union(*(rollouts.asked_openings(s.teacher_hint) for s in samples if s.hint))
+        begin with (Begin your reply with 'My advice:'), or one of `also`, with the punctuation after it on
+        its line; None when no such phrase is known. The marks on the lines below the phrase are not part of
+        it: "My advice:" over empty list marks is a failure."""
+        phrases = set(also).union(*(rollouts.asked_openings(s.teacher_hint) for s in samples if s.hint))
         if not phrases:
             return None
         spans = [rollouts.phrase_span(s.response_ids, phrases, self.tokenizer.decode, same_line=True)

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.modelload import eos_token_ids, load_model
-from core.models import AdapterVersion, Turn
+from core.models import AdapterVersion, Turn, TurnStatus
 from core.settings import Settings
 from core.tokens import unpack_ids
 from learner.config import TrainConfig
@@ -598,6 +598,28 @@ def test_keep_asked_opening_takes_no_blame_off_the_opening_the_hint_asked_for(
     assert learner._step(targets)["opening_kept_tokens"] == kept
     # with no hint in the batch nothing says which opening was asked for, so nothing is kept
     assert learner._targets(samples[1:]).opening_kept == 0
+
+
+def test_keep_asked_opening_remembers_openings_users_keep_asking_for(
+    settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
+) -> None:
+    """Once the label is learned, its corrections no longer say it ("That doesn't answer my question at
+    all."): the opening is still spared, because users asked for it in three earlier sessions."""
+    for text in ("Begin your reply with 'My advice:' and then the advice.", "Start with 'My advice:' please.",
+                 "Begin your reply with 'My advice:' and say it plainly."):  # trained long ago
+        maker.add(db, "How do I start running?", "Running is a sport.", score=-1, hint=text,
+                  hint_source="instruction", status=TurnStatus.trained)
+    for user in ("How do I fix a flat tyre?", "What should I cook tonight?"):
+        maker.add(db, user, "My advice: Tyres are round.", score=-1,
+                  hint="That doesn't answer my question at all.", hint_source="correction")
+    maker.add(db, "How do I sleep better?", "My advice: Keep the room cool.", score=1)
+    db.commit()
+    # rl: only the scores move the replies, so both corrected openings are pushed down in full without it
+    config = TrainConfig.from_settings(settings, method="rl", lr=3e-4, steps_per_batch=1, batch_size=3,
+                                       keep_asked_opening=True)
+    version = run_train_step(session_factory, settings, config=config)
+    assert version is not None and version.n_samples == 3
+    assert version.metrics["steps"][0]["opening_kept_tokens"] == 2 * len(maker.tokenizer.encode("My advice:"))
 
 
 def test_rollout_stop_weight_teaches_a_rollouts_stop_harder(

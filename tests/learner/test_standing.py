@@ -8,9 +8,9 @@ from sqlalchemy.orm import Session
 from core.models import TurnStatus
 from core.settings import Settings
 from learner.config import TrainConfig
-from learner.rollouts import quoted
+from learner.rollouts import asked_openings, quoted
 from learner.samples import Sample, add_standing, collect_samples, teacher_prompt_ids
-from learner.standing import missing_from, recurring, same
+from learner.standing import missing_from, recurring, recurring_openings, same
 from tests.learner.factories import TurnMaker
 
 ADVICE = (
@@ -53,6 +53,8 @@ def test_an_instruction_given_in_enough_sessions_stands_in_its_commonest_phrasin
     assert recurring(db, most=1, min_sessions=2, window=200) == [ADVICE[1]]
     assert recurring(db, most=3, min_sessions=3, window=2) == []  # the latest two hold only the short ones
     assert recurring(db, most=0, min_sessions=1, window=200) == []
+    assert recurring_openings(db, min_sessions=3, window=200) == asked_openings(ADVICE[0]) == {"my advice"}
+    assert recurring_openings(db, min_sessions=5, window=200) == set()
 
 
 def test_the_teacher_sees_standing_instructions_its_hint_does_not_say(
