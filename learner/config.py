@@ -75,15 +75,17 @@ class TrainConfig:
         "run's step metrics), and advice still fell, to guard 0.08 at v4-v5 and 0.00 (guard "
         "0.50) at the end, most replies the label over empty list marks or a stock line.")
     keep_asked_opening: bool = _f(
-        False, "On each sampled reply that opens with a phrase a hint of the same batch asks replies to begin "
-        "with, with the punctuation after it on its line, no token of that opening gets a negative advantage: "
-        "a -1 from the judge, or a hinted teacher that writes the phrase less readily than the student has "
-        "learned to, counts against what followed the opening, not against the opening the user asked for. "
-        "Positive advantages there stay. The phrases are those the batch's hints ask for and those the "
-        "deployment's recurring instructions ask for (learner/standing.py: given in standing_min_sessions "
-        "sessions among the latest standing_window instruction-hinted turns), since the late corrections "
-        "of a learned preference ('This has nothing to do with what I asked.') no longer say it. The KL "
-        "anchor is kl_skip_asked's to leave out.")
+        False, "On each sampled reply that opens with a phrase users asked replies to begin with (with the "
+        "punctuation after it on its line), no token of that opening gets a negative advantage: a -1 score "
+        "(judge or label), or in token OPD a hinted teacher that writes the phrase less readily than the "
+        "student has learned to, counts against what followed the opening, not against the opening the user "
+        "asked for. It is the opening's summed RL and token-OPD advantage that is raised to 0, so a teacher's "
+        "push up there is lost where the -1 outweighs it; positive sums stay. Top-k OPD's KL still covers the "
+        "opening. The phrases are those the batch's hints ask for and those the deployment's recurring "
+        "instructions ask for (learner/standing.py: given in at least standing_min_sessions sessions among "
+        "the latest standing_window instruction-hinted turns, read in each group's commonest phrasing), since "
+        "the late corrections of a learned preference ('This has nothing to do with what I asked.') no longer "
+        "say it. Phrases apply to every reply of the batch. The KL anchor is kl_skip_asked's to leave out.")
     w_rl: float = _f(
         1.0, "Weight of the RL advantage. In combined mode it sets RL against distillation; in rl mode "
         "with kl_coef 0 it only scales the loss, which AdamW mostly normalises away (the gradient clip bites "
