@@ -114,6 +114,13 @@ class TrainConfig:
         "...', so its replies give RL no reason to drop the stutter. On the label-gain splice config (advice and "
         "bottomline) seed 1 then ended at +1.00 with guard 1.00 on both users (without: +0.50 and +1.00), seed "
         "0 at +0.50 with guards 0.75 and 0.67 (without: 0.50 and 0.50, guards 1.00 and 0.92); one run each.")
+    unlikelihood_stutter_marks: Literal["all", "restart"] = _f(
+        "all", "Which tokens of a stutter's second saying unlikelihood_stutter pushes down. all: every one. "
+        "restart: only its first, where the reply began the phrase again; the words after it are the right "
+        "continuation of that start, and pushing them down unlearns the phrase itself. With all, a run that "
+        "had learned the label (advice, seed 1, keep_asked_opening on, 1.00 at v3-v4) wrote 'My guidance!' "
+        "in place of 'My advice:' two versions after batches with 'My advice: My advice:' in them, and ended "
+        "at 0.00.")
     w_unlikelihood: float = _f(
         1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
         "response tokens).")
@@ -476,6 +483,7 @@ class TrainConfig:
                                                                 ("rollout_stop_weight",)),
             "unlikelihood_ngram (set 2 or more) or unlikelihood_stutter (set true)": (
                 self.unlikelihood_ngram == 0 and not self.unlikelihood_stutter, ("w_unlikelihood",)),
+            "unlikelihood_stutter (set true)": (not self.unlikelihood_stutter, ("unlikelihood_stutter_marks",)),
             "kl_coef (set above 0)": (self.kl_coef == 0, ("kl_skip_asked",)),
             "lr_decay (set under 1)": (self.lr_decay == 1, ("lr_floor",)),
             "publish_check or publish_check_canary (set either above 0)": (

@@ -86,10 +86,11 @@ def _stutter_keys(pieces: list[str]) -> list[tuple[int, str, bool]]:
     return out
 
 
-def stutters(pieces: list[str], max_len: int = 16) -> torch.Tensor:
+def stutters(pieces: list[str], max_len: int = 16, restart_only: bool = False) -> torch.Tensor:
     """[len(pieces)] bools: the piece lies in a run of 2 to `max_len` keyed pieces (`_stutter_keys`) that
     says again, right away, the run before it ("My advice:My advice:", "In short, in short,"). The second
-    saying is marked, spacing inside it included. Token n-gram `repeats` misses such a stutter when the
+    saying is marked, spacing inside it included; with `restart_only` only its first keyed piece, where
+    the reply began the phrase again. Token n-gram `repeats` misses such a stutter when the
     phrase is shorter than its n, or when the second saying begins a different token (" in" after "In").
     The second saying must begin two words or more: a word or number said again ("very, very", "Bora
     Bora", "2020", "| Yes | Yes |") is no stutter. Line breaks are spacing, so a line said again on the
@@ -101,7 +102,8 @@ def stutters(pieces: list[str], max_len: int = 16) -> torch.Tensor:
         for n in range(2, min(max_len, (len(text) - start) // 2) + 1):
             if text[start:start + n] == text[start + n:start + 2 * n] and \
                     sum(word for _, _, word in keys[start + n:start + 2 * n]) >= 2:
-                out[keys[start + n][0]:keys[start + 2 * n - 1][0] + 1] = True
+                end = keys[start + n][0] + 1 if restart_only else keys[start + 2 * n - 1][0] + 1
+                out[keys[start + n][0]:end] = True
     return out
 
 

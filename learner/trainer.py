@@ -251,7 +251,8 @@ class Learner:
         if cfg.unlikelihood_ngram:
             out |= repeats(ids, cfg.unlikelihood_ngram)
         if cfg.unlikelihood_stutter:
-            out |= stutters(self.tokenizer.batch_decode([[i] for i in ids]))
+            out |= stutters(self.tokenizer.batch_decode([[i] for i in ids]),
+                            restart_only=cfg.unlikelihood_stutter_marks == "restart")
         return out
 
     def _asked_opening(self, samples: list[Sample], also: frozenset[str] = frozenset()) -> torch.Tensor | None:

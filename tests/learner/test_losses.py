@@ -90,6 +90,10 @@ def test_stutters_marks_a_run_said_again_right_away_whatever_its_case_spacing_or
     assert stutters(pieces).tolist() == [False] * 6 + [True] * 4
     # a 4-token run said again is a stutter too; 4-gram repeats needs four tokens beyond
     assert stutters(["a", " b", " c", " d", " a", " b", " c", " d"]).tolist() == [False] * 4 + [True] * 4
+    # restart_only marks where the phrase began again, not the words that continue it
+    pieces = ["My", " advice", ":", " My", " advice", ":", " Rest", "."]
+    assert stutters(pieces).tolist() == [False] * 3 + [True] * 3 + [False] * 2
+    assert stutters(pieces, restart_only=True).tolist() == [False] * 3 + [True] + [False] * 4
 
 
 def test_stutters_leaves_alone_what_is_no_stutter() -> None:
@@ -194,6 +198,9 @@ def test_config_validation_says_what_to_set() -> None:
     with pytest.raises(ValueError, match="publish_check_train_on: used only with publish_check"):
         TrainConfig(publish_check_train_on=2)
     assert TrainConfig(publish_check_canary=16, publish_check_train_on=2).publish_check_train_on == 2
+    with pytest.raises(ValueError, match="unlikelihood_stutter_marks: used only with unlikelihood_stutter"):
+        TrainConfig(unlikelihood_stutter_marks="restart")
+    assert TrainConfig(unlikelihood_stutter=True, unlikelihood_stutter_marks="restart").unlikelihood_stutter
     with pytest.raises(ValueError, match="kl_skip_asked: used only with kl_coef"):
         TrainConfig(kl_skip_asked=True)
     assert TrainConfig(kl_coef=0.1, kl_skip_asked=True).kl_skip_asked

@@ -20,6 +20,7 @@ from core.settings import Settings
 from learner.config import TrainConfig
 from learner.losses import repeats, stutters
 from learner.run import get_learner, run_train_step
+from learner.trainer import Learner
 from tests.learner.factories import TurnMaker
 
 pytestmark = pytest.mark.slow
@@ -172,3 +173,8 @@ def test_unlikelihood_stutter_pushes_down_a_phrase_said_twice_in_a_row(
     assert version is not None
     after = torch.tensor(maker.logprobs(prompt, reply, model=_adapter_model(model_path, version)))[again].sum()
     assert after < before - 1.0  # measured: -8.74 nats before, -14.17 after
+    # with restart marks the trainer marks only where the phrase began again
+    learner = Learner(model_path, TrainConfig(device="cpu", unlikelihood_stutter=True,
+                                              unlikelihood_stutter_marks="restart"))
+    marked = learner._repeated(reply)
+    assert int(marked.sum()) == 1 and maker.tokenizer.decode([reply[int(marked.nonzero()[0, 0])]]) == " in"
