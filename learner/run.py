@@ -112,7 +112,7 @@ def _train(
         if config.rollout_replay:
             replay = replay_rollouts(session, config.rollout_replay)
         asked: frozenset[str] = frozenset()
-        if config.keep_asked_opening:
+        if config.keep_asked_opening or config.kl_skip_asked:
             asked = frozenset(standing.recurring_openings(session, min_sessions=config.standing_min_sessions,
                                                           window=config.standing_window))
     before = learner.adapter_state() if config.checks_before_publish and config.publish_check_tries > 1 else None

@@ -184,8 +184,8 @@ class Learner:
         """Run up to `steps_per_batch` optimizer steps on `samples` (and on the `replay` rollouts: (prompt
         ids, rollout ids) learned in earlier batches), stopping at a step whose gradient is zero or not
         finite (no step is taken then); returns per-step metrics. `asked`: openings the deployment's
-        users keep asking for (`standing.recurring_openings`), which keep_asked_opening spares beside
-        those the batch's hints ask for."""
+        users keep asking for (`standing.recurring_openings`), which keep_asked_opening and kl_skip_asked
+        treat as they treat those the batch's hints ask for."""
         cfg = self.config
         targets = self._targets(samples, asked)
         if replay:
@@ -232,7 +232,7 @@ class Learner:
             again = torch.cat([self._repeated(s.response_ids) for s in samples]).to(self.device)
             out.repeated = again if again.any() else None
         if cfg.kl_coef and cfg.kl_skip_asked:
-            opening = self._asked_opening(samples)
+            opening = self._asked_opening(samples, asked)
             out.anchored = None if opening is None else ~opening
         out.advantage = out.rl_adv + out.opd_adv
         if cfg.keep_asked_opening:

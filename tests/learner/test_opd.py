@@ -605,7 +605,8 @@ def test_keep_asked_opening_remembers_openings_users_keep_asking_for(
     settings: Settings, session_factory: sessionmaker[Session], db: Session, maker: TurnMaker
 ) -> None:
     """Once the label is learned, its corrections no longer say it ("That doesn't answer my question at
-    all."): the opening is still spared, because users asked for it in three earlier sessions."""
+    all."): the opening is still spared, and left out of the KL anchor, because users asked for it in three
+    earlier sessions."""
     for text in ("Begin your reply with 'My advice:' and then the advice.", "Start with 'My advice:' please.",
                  "Begin your reply with 'My advice:' and say it plainly."):  # trained long ago
         maker.add(db, "How do I start running?", "Running is a sport.", score=-1, hint=text,
@@ -617,10 +618,12 @@ def test_keep_asked_opening_remembers_openings_users_keep_asking_for(
     db.commit()
     # rl: only the scores move the replies, so both corrected openings are pushed down in full without it
     config = TrainConfig.from_settings(settings, method="rl", lr=3e-4, steps_per_batch=1, batch_size=3,
-                                       keep_asked_opening=True)
+                                       keep_asked_opening=True, kl_coef=0.1, kl_skip_asked=True)
     version = run_train_step(session_factory, settings, config=config)
     assert version is not None and version.n_samples == 3
-    assert version.metrics["steps"][0]["opening_kept_tokens"] == 2 * len(maker.tokenizer.encode("My advice:"))
+    step, label = version.metrics["steps"][0], len(maker.tokenizer.encode("My advice:"))
+    assert step["opening_kept_tokens"] == 2 * label  # both corrected openings had a -1 to spare
+    assert step["kl_anchored_tokens"] == step["response_tokens"] - 3 * label  # every opening left unanchored
 
 
 def test_rollout_stop_weight_teaches_a_rollouts_stop_harder(
