@@ -236,7 +236,7 @@ class Learner:
             out.anchored = None if opening is None else ~opening
         out.advantage = out.rl_adv + out.opd_adv
         if cfg.keep_asked_opening:
-            opening = self._asked_opening(samples, asked)
+            opening = self._asked_opening(samples, asked, followed=True)
             if opening is not None:
                 pushed_down = opening & (out.advantage < 0)
                 out.opening_kept = int(pushed_down.sum())
@@ -255,16 +255,22 @@ class Learner:
                             restart_only=cfg.unlikelihood_stutter_marks == "restart")
         return out
 
-    def _asked_opening(self, samples: list[Sample], also: frozenset[str] = frozenset()) -> torch.Tensor | None:
+    def _asked_opening(self, samples: list[Sample], also: frozenset[str] = frozenset(),
+                       followed: bool = False) -> torch.Tensor | None:
         """[n] bools: each reply's opening where it spells a phrase one of the batch's hints asks replies to
         begin with (Begin your reply with 'My advice:'), or one of `also`, with the punctuation after it on
         its line; None when no such phrase is known. The marks on the lines below the phrase are not part of
-        it: "My advice:" over empty list marks is a failure."""
+        it: "My advice:" over empty list marks is a failure. With `followed`, an opening after which the
+        reply says no word (the label alone) is none."""
         phrases = set(also).union(*(rollouts.asked_openings(s.teacher_hint) for s in samples if s.hint))
         if not phrases:
             return None
         spans = [rollouts.phrase_span(s.response_ids, phrases, self.tokenizer.decode, same_line=True)
                  for s in samples]
+        if followed:
+            spans = [k if any(c.isalnum() for c in self.tokenizer.decode(s.response_ids[k:],
+                                                                           skip_special_tokens=True)) else 0
+                     for s, k in zip(samples, spans, strict=True)]
         return torch.cat([torch.arange(len(s.response_ids)) < k
                           for s, k in zip(samples, spans, strict=True)]).to(self.device)
 
