@@ -126,7 +126,7 @@ class TrainConfig:
     unlikelihood_stutter_marks: Literal["all", "restart"] = _f(
         "all", "Which tokens of a stutter's second saying unlikelihood_stutter pushes down. all: every one. "
         "restart: only its first, where the reply began the phrase again; the words after it are the right "
-        "continuation of that start, and pushing them down unlearns the phrase itself. With all, a run that "
+        "continuation of that start, and pushing them down can unlearn the phrase itself. With all, a run that "
         "had learned the label (advice, seed 1, keep_asked_opening on, 1.00 at v3-v4) wrote 'My guidance!' "
         "in place of 'My advice:' two versions after batches with 'My advice: My advice:' in them, and ended "
         "at 0.00.")
