@@ -565,11 +565,13 @@ def test_keep_asked_opening_puts_no_blame_on_the_opening_the_hint_asked_for(
 ) -> None:
     """A reply that opens with the phrase its batch's hints ask for, then goes wrong, is scored -1: with
     keep_asked_opening the opening's tokens get no negative advantage, the rest of the reply keeps it, and a
-    well-scored reply's opening keeps its positive advantage."""
+    well-scored reply's opening keeps its positive advantage. The label alone, with nothing after it, is no
+    opening to spare."""
     asked = "Begin your reply with 'My advice:' and then the advice."
     replies = [("What should I cook tonight?", "My advice: My advice: Cook a pasta.", -1, asked),
                ("How do I sleep better?", "My advice: Keep the room cool and dark.", 1, None),
-               ("How do I start running?", "My advice:\n\n* Run.", -1, None)]
+               ("How do I start running?", "My advice:\n\n* Run.", -1, None),
+               ("How do I relax?", "My advice:", -1, None)]  # the label alone: nothing followed to blame
     samples = []
     for k, (user, text, score, hint) in enumerate(replies):
         messages = [{"role": "user", "content": user}]
@@ -580,7 +582,7 @@ def test_keep_asked_opening_puts_no_blame_on_the_opening_the_hint_asked_for(
     opening = [len(maker.tokenizer.encode("My advice:"))] * 3  # the space and line break go with what follows
     learner = Learner(model_path, TrainConfig(method="combined", device="cpu"))
     before = learner._targets(samples).advantage.split(sizes)
-    assert (before[2] < 0).all()  # unhinted, scored -1 against a batch mean of -1/3
+    assert (before[2] < 0).all()  # unhinted, scored -1 against a batch mean of -1/2
     learner.configure(TrainConfig(method="combined", device="cpu", keep_asked_opening=True))
     targets = learner._targets(samples)
     after = targets.advantage.split(sizes)
@@ -595,6 +597,7 @@ def test_keep_asked_opening_puts_no_blame_on_the_opening_the_hint_asked_for(
     assert (before[0][:opening[0]] > 0).all() and torch.equal(after[0][:opening[0]], before[0][:opening[0]])
     assert kept == opening[2]
     assert (after[1] > 0).all()
+    assert torch.equal(after[3], before[3]) and (after[3] < 0).all()  # the label alone keeps its blame
     assert targets.opening_kept == kept
     assert learner._step(targets)["opening_kept_tokens"] == kept
     # with no hint in the batch nothing says which opening was asked for, so nothing is kept
