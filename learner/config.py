@@ -127,9 +127,9 @@ class TrainConfig:
         "all", "Which tokens of a stutter's second saying unlikelihood_stutter pushes down. all: every one. "
         "restart: only its first, where the reply began the phrase again; the words after it are the right "
         "continuation of that start, and pushing them down can unlearn the phrase itself. With all, a run that "
-        "had learned the label (advice, seed 1, keep_asked_opening on, 1.00 at v3-v4) wrote 'My guidance!' "
-        "in place of 'My advice:' two versions after batches with 'My advice: My advice:' in them, and ended "
-        "at 0.00.")
+        "had learned the label (advice, seed 1, keep_asked_opening on, 1.00 at v3-v4) wrote 'My guidance' "
+        "('My guidance!', 'My guidance:') in place of 'My advice:' in 10 and 12 of 12 held-out replies at "
+        "v7 and v8, after the batches of v6 and v7 held 'My advice: My advice:' replies, and ended at 0.00.")
     w_unlikelihood: float = _f(
         1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
         "response tokens).")
