@@ -65,9 +65,9 @@ class TrainConfig:
         "a stop (seed 1). A rerun of seed 1 at 0.1 ended at 0.33: reruns of one seed differ by up to 0.34, "
         "since training runs beside the server and timing picks which version serves which turn.")
     kl_skip_asked: bool = _f(
-        False, "The KL anchor leaves out each sampled reply's opening where it spells a phrase a hint of the "
-        "same batch asks replies to begin with (Begin your reply with 'My advice:'), with the punctuation after "
-        "it on its line: "
+        False, "The KL anchor leaves out each sampled reply's opening where it spells a phrase users asked "
+        "replies to begin with in a hint of the same batch or in a recurring instruction (see below), as in "
+        "Begin your reply with 'My advice:', with the punctuation after it on its line: "
         "the base model never writes that phrase, so counted it pulls the learned opening back, and the anchor "
         "then holds only what follows it. Phrases come from the batch's own hints and, as for "
         "keep_asked_opening, from the deployment's recurring instructions: once a user is satisfied the "
@@ -125,11 +125,14 @@ class TrainConfig:
         "0 at +0.50 with guards 0.75 and 0.67 (without: 0.50 and 0.50, guards 1.00 and 0.92); one run each.")
     unlikelihood_stutter_marks: Literal["all", "restart"] = _f(
         "all", "Which tokens of a stutter's second saying unlikelihood_stutter pushes down. all: every one. "
-        "restart: only its first, where the reply began the phrase again; the words after it are the right "
+        "restart: only the first piece of each saying after the first, where the reply began the phrase again "
+        "(`losses._restarts`); the words after it are the right "
         "continuation of that start, and pushing them down can unlearn the phrase itself. With all, a run that "
         "had learned the label (advice, seed 1, keep_asked_opening on, 1.00 at v3-v4) wrote 'My guidance' "
         "('My guidance!', 'My guidance:') in place of 'My advice:' in 10 and 12 of 12 held-out replies at "
-        "v7 and v8, after the batches of v6 and v7 held 'My advice: My advice:' replies, and ended at 0.00.")
+        "v7 and v8, after the batches of v6 and v7 held 'My advice: My advice:' replies, and ended at 0.00. "
+        "unlikelihood_ngram still marks the continuation of a repeated phrase of n tokens or more, whatever "
+        "this says.")
     w_unlikelihood: float = _f(
         1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
         "response tokens).")

@@ -89,21 +89,50 @@ def _stutter_keys(pieces: list[str]) -> list[tuple[int, str, bool]]:
 def stutters(pieces: list[str], max_len: int = 16, restart_only: bool = False) -> torch.Tensor:
     """[len(pieces)] bools: the piece lies in a run of 2 to `max_len` keyed pieces (`_stutter_keys`) that
     says again, right away, the run before it ("My advice:My advice:", "In short, in short,"). The second
-    saying is marked, spacing inside it included; with `restart_only` only its first keyed piece, where
-    the reply began the phrase again. Token n-gram `repeats` misses such a stutter when the
-    phrase is shorter than its n, or when the second saying begins a different token (" in" after "In").
-    The second saying must begin two words or more: a word or number said again ("very, very", "Bora
-    Bora", "2020", "| Yes | Yes |") is no stutter. Line breaks are spacing, so a line said again on the
-    next line is one, outside code fences."""
+    saying is marked, spacing inside it included; with `restart_only` only the first keyed piece of each
+    saying after the first (`_restarts`), where the reply began the phrase again. Token n-gram `repeats`
+    misses such a stutter when the phrase is shorter than its n, or when the second saying begins a
+    different token (" in" after "In"). The second saying must begin two words or more: a word or number
+    said again ("very, very", "Bora Bora", "2020", "| Yes | Yes |") is no stutter. Line breaks are
+    spacing, so a line said again on the next line is one, outside code fences."""
     keys = _stutter_keys(pieces)
     text = [key for _, key, _ in keys]
     out = torch.zeros(len(pieces), dtype=torch.bool)
+    if restart_only:
+        for k in _restarts(keys, max_len):
+            out[keys[k][0]] = True
+        return out
     for start in range(len(text)):
         for n in range(2, min(max_len, (len(text) - start) // 2) + 1):
-            if text[start:start + n] == text[start + n:start + 2 * n] and \
-                    sum(word for _, _, word in keys[start + n:start + 2 * n]) >= 2:
-                end = keys[start + n][0] + 1 if restart_only else keys[start + 2 * n - 1][0] + 1
-                out[keys[start + n][0]:end] = True
+            if _said_again(keys, start, n):
+                out[keys[start + n][0]:keys[start + 2 * n - 1][0] + 1] = True
+    return out
+
+
+def _said_again(keys: list[tuple[int, str, bool]], start: int, n: int) -> bool:
+    """Whether the n keyed pieces from `start` are said again right after, the second saying beginning two
+    words or more."""
+    text = [key for _, key, _ in keys[start:start + 2 * n]]
+    return len(text) == 2 * n and text[:n] == text[n:] and sum(w for _, _, w in keys[start + n:start + 2 * n]) >= 2
+
+
+def _restarts(keys: list[tuple[int, str, bool]], max_len: int) -> list[int]:
+    """Key positions where a phrase is begun again right after it was said: read left to right, the first
+    phrase said twice from a position (its shortest length), then each further saying of it, and on after
+    them. "My advice: My advice: My advice:" gives the second and third "My", not the shifted runs inside
+    ("advice: My" said again)."""
+    out, start = [], 0
+    while start < len(keys):
+        n = next((n for n in range(2, min(max_len, (len(keys) - start) // 2) + 1) if _said_again(keys, start, n)),
+                 None)
+        if n is None:
+            start += 1
+            continue
+        again = start + n
+        while _said_again(keys, again - n, n):
+            out.append(again)
+            again += n
+        start = again
     return out
 
 

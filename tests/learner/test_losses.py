@@ -94,6 +94,15 @@ def test_stutters_marks_a_run_said_again_right_away_whatever_its_case_spacing_or
     pieces = ["My", " advice", ":", " My", " advice", ":", " Rest", "."]
     assert stutters(pieces).tolist() == [False] * 3 + [True] * 3 + [False] * 2
     assert stutters(pieces, restart_only=True).tolist() == [False] * 3 + [True] + [False] * 4
+    # said three times: each restart, not the shifted runs inside them ("advice: My" said again)
+    thrice = ["My", " advice", ":", " My", " advice", ":", " My", " advice", ":", " Rest"]
+    assert [i for i, m in enumerate(stutters(thrice, restart_only=True)) if m] == [3, 6]
+    assert [i for i, m in enumerate(stutters(pieces[:6] + [" My", " plan", "."], restart_only=True)) if m] == [3]
+    assert [i for i, m in enumerate(stutters(["a", " b", " a", " b", " a", " b", " c"], restart_only=True))
+            if m] == [2, 4]
+    # with markdown and a line break between the sayings, the restart is the word, not the marks
+    pieces = ["My", " advice", ":", "\n\n", " **", "\"", "My", "\n", " advice", ":", " Start"]
+    assert [i for i, m in enumerate(stutters(pieces, restart_only=True)) if m] == [6]
 
 
 def test_stutters_leaves_alone_what_is_no_stutter() -> None:

@@ -556,6 +556,9 @@ def test_kl_skip_asked_leaves_the_asked_opening_out_of_the_anchor(maker: TurnMak
     assert learner._step(targets)["kl_anchored_tokens"] == int(targets.anchored.sum())
     # with no hint in the batch nothing says which opening was asked for, so every token is anchored
     assert learner._targets(samples[1:]).anchored is None
+    # unless users keep asking for it in other sessions (`standing.recurring_openings`, read by learner.run)
+    recurring = learner._targets(samples[1:], frozenset({"my advice"})).anchored
+    assert recurring is not None and not recurring[:len(maker.tokenizer.encode("My advice:"))].any()
     learner.configure(TrainConfig(method="combined", device="cpu", kl_coef=0.1))
     assert learner._targets(samples).anchored is None
 
