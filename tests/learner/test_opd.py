@@ -532,6 +532,17 @@ def test_opd_no_repeat_takes_back_the_teachers_vote_for_a_repeat(maker: TurnMake
 
 
 
+def _asked_samples(maker: TurnMaker, replies: list[tuple[str, str, int, str | None]]) -> list[Sample]:
+    """One sample per (user message, reply, score, hint); a hinted one's hint is what the user said to do."""
+    samples = []
+    for k, (user, text, score, hint) in enumerate(replies):
+        messages = [{"role": "user", "content": user}]
+        response = maker.response_ids(text)
+        samples.append(Sample(k, maker.prompt_ids(messages), response, [0.0] * len(response), score, hint,
+                              messages, hint_source="instruction" if hint else None))
+    return samples
+
+
 def test_kl_skip_asked_leaves_the_asked_opening_out_of_the_anchor(maker: TurnMaker, model_path: str) -> None:
     """The KL anchor skips a reply's opening where it spells a phrase one of the batch's hints asks to begin
     with, in the hinted reply and in an unhinted one alike, but not the list marks on the lines below it; a
@@ -540,12 +551,7 @@ def test_kl_skip_asked_leaves_the_asked_opening_out_of_the_anchor(maker: TurnMak
     replies = [("What should I cook tonight?", "My advice: Cook a pasta with tomatoes.", -1, asked),
                ("How do I sleep better?", "My advice:\n\n* Keep the room cool.", 1, None),
                ("How do I start running?", "Run slowly at first, three times a week.", 1, None)]
-    samples = []
-    for k, (user, text, score, hint) in enumerate(replies):
-        messages = [{"role": "user", "content": user}]
-        response = maker.response_ids(text)
-        samples.append(Sample(k, maker.prompt_ids(messages), response, [0.0] * len(response), score, hint,
-                              messages, hint_source="instruction" if hint else None))
+    samples = _asked_samples(maker, replies)
     learner = Learner(model_path, TrainConfig(method="combined", device="cpu", kl_coef=0.1, kl_skip_asked=True))
     targets = learner._targets(samples)
     assert targets.anchored is not None
@@ -575,12 +581,7 @@ def test_keep_asked_opening_puts_no_blame_on_the_opening_the_hint_asked_for(
                ("How do I sleep better?", "My advice: Keep the room cool and dark.", 1, None),
                ("How do I start running?", "My advice:\n\n* Run.", -1, None),
                ("How do I relax?", "My advice:", -1, None)]  # the label alone: nothing followed to blame
-    samples = []
-    for k, (user, text, score, hint) in enumerate(replies):
-        messages = [{"role": "user", "content": user}]
-        response = maker.response_ids(text)
-        samples.append(Sample(k, maker.prompt_ids(messages), response, [0.0] * len(response), score, hint,
-                              messages, hint_source="instruction" if hint else None))
+    samples = _asked_samples(maker, replies)
     sizes = [len(s.response_ids) for s in samples]
     opening = [len(maker.tokenizer.encode("My advice:"))] * 3  # the space and line break go with what follows
     learner = Learner(model_path, TrainConfig(method="combined", device="cpu"))
