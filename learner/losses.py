@@ -96,14 +96,13 @@ def stutters(pieces: list[str], max_len: int = 16, restart_only: bool = False) -
     said again ("very, very", "Bora Bora", "2020", "| Yes | Yes |") is no stutter. Line breaks are
     spacing, so a line said again on the next line is one, outside code fences."""
     keys = _stutter_keys(pieces)
-    text = [key for _, key, _ in keys]
     out = torch.zeros(len(pieces), dtype=torch.bool)
     if restart_only:
         for k in _restarts(keys, max_len):
             out[keys[k][0]] = True
         return out
-    for start in range(len(text)):
-        for n in range(2, min(max_len, (len(text) - start) // 2) + 1):
+    for start in range(len(keys)):
+        for n in range(2, min(max_len, (len(keys) - start) // 2) + 1):
             if _said_again(keys, start, n):
                 out[keys[start + n][0]:keys[start + 2 * n - 1][0] + 1] = True
     return out

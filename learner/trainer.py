@@ -231,16 +231,15 @@ class Learner:
         if cfg.unlikelihood_ngram or cfg.unlikelihood_stutter:
             again = torch.cat([self._repeated(s.response_ids) for s in samples]).to(self.device)
             out.repeated = again if again.any() else None
-        if cfg.kl_coef and cfg.kl_skip_asked:
-            opening = self._asked_opening(samples, asked)
-            out.anchored = None if opening is None else ~opening
+        skip_kl = bool(cfg.kl_coef and cfg.kl_skip_asked)
+        spans = self._opening_spans(samples, asked) if skip_kl or cfg.keep_asked_opening else None
+        if skip_kl and spans is not None:
+            out.anchored = ~self._mask(samples, spans)
         out.advantage = out.rl_adv + out.opd_adv
-        if cfg.keep_asked_opening:
-            opening = self._asked_opening(samples, asked, followed=True)
-            if opening is not None:
-                pushed_down = opening & (out.advantage < 0)
-                out.opening_kept = int(pushed_down.sum())
-                out.advantage = torch.where(pushed_down, torch.zeros_like(out.advantage), out.advantage)
+        if cfg.keep_asked_opening and spans is not None:
+            pushed_down = self._mask(samples, self._followed(samples, spans)) & (out.advantage < 0)
+            out.opening_kept = int(pushed_down.sum())
+            out.advantage = torch.where(pushed_down, torch.zeros_like(out.advantage), out.advantage)
         return out
 
     def _repeated(self, ids: list[int]) -> torch.Tensor:
@@ -255,22 +254,24 @@ class Learner:
                             restart_only=cfg.unlikelihood_stutter_marks == "restart")
         return out
 
-    def _asked_opening(self, samples: list[Sample], also: frozenset[str] = frozenset(),
-                       followed: bool = False) -> torch.Tensor | None:
-        """[n] bools: each reply's opening where it spells a phrase one of the batch's hints asks replies to
-        begin with (Begin your reply with 'My advice:'), or one of `also`, with the punctuation after it on
-        its line; None when no such phrase is known. The marks on the lines below the phrase are not part of
-        it: "My advice:" over empty list marks is a failure. With `followed`, an opening after which the
-        reply says no word (the label alone) is none."""
+    def _opening_spans(self, samples: list[Sample], also: frozenset[str]) -> list[int] | None:
+        """Per reply, how many leading tokens spell a phrase one of the batch's hints asks replies to begin
+        with (Begin your reply with 'My advice:'), or one of `also`, with the punctuation after it on its
+        line (0: none); None when no such phrase is known. The marks on the lines below the phrase are not
+        part of it: "My advice:" over empty list marks is a failure."""
         phrases = set(also).union(*(rollouts.asked_openings(s.teacher_hint) for s in samples if s.hint))
         if not phrases:
             return None
-        spans = [rollouts.phrase_span(s.response_ids, phrases, self.tokenizer.decode, same_line=True)
-                 for s in samples]
-        if followed:
-            spans = [k if any(c.isalnum() for c in self.tokenizer.decode(s.response_ids[k:],
-                                                                           skip_special_tokens=True)) else 0
-                     for s, k in zip(samples, spans, strict=True)]
+        return [rollouts.phrase_span(s.response_ids, phrases, self.tokenizer.decode, same_line=True)
+                for s in samples]
+
+    def _followed(self, samples: list[Sample], spans: list[int]) -> list[int]:
+        """`spans` with 0 for a reply that says no word after its opening (the label alone)."""
+        return [k if any(c.isalnum() for c in self.tokenizer.decode(s.response_ids[k:], skip_special_tokens=True))
+                else 0 for s, k in zip(samples, spans, strict=True)]
+
+    def _mask(self, samples: list[Sample], spans: list[int]) -> torch.Tensor:
+        """[n] bools: each reply's first `spans[i]` tokens."""
         return torch.cat([torch.arange(len(s.response_ids)) < k
                           for s, k in zip(samples, spans, strict=True)]).to(self.device)
 
