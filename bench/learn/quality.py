@@ -11,21 +11,29 @@ Those examples are written to be clear-cut. `data/answer_labels.jsonl` holds rep
 the benchmark's own runs, each labelled by reading whether it answers, without sight of the guard.
 The guard's agreement with them is reported with every run: it rarely fails an answer, but it passes
 most non-answers that stay on topic ("Choosing a book for a flight can be a daunting task."), which
-no length or relevance check can tell from advice.
+no length or relevance check can tell from advice. A logistic regression on the embeddings of the
+reply's content and question, cross-validated by question on those labels, passed 18% of the
+non-answers but failed 27% of the answers (and 4 of the 30 clear answers above), so it would punish
+the answers a run should learn; the guard does not use one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.learn.content import content_of
 from core.embeddings import SentenceEmbedder
 
 DATA = Path(__file__).resolve().parent / "data" / "quality_labels.jsonl"
 REPLIES = DATA.parent / "answer_labels.jsonl"
+# The labelled replies' similarities, embedded once per labels file (hundreds of replies: tens of seconds).
+CACHE_DIR = Path.home() / ".cache" / "learnproxy" / "guard"
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
 MIN_WORDS = 4
 MIN_WORD_CHAR_RATIO = 0.7  # letters and digits among the non-space characters
@@ -37,21 +45,6 @@ MAX_LOOP_SHARE = 0.2
 # What is left of a reply once its leading labels and its talk about the assistant are set aside must
 # still say something: "My advice: The Snowy Game" or "I'm here to help with your knitting needs." does not.
 MIN_CONTENT_WORDS = 5
-# A leading label names the reply's form, not its content: up to three words and a colon ("My advice:",
-# "Score:"), said up to three times, then once up to two words and a comma ("In short,", "Yes,").
-LABEL = re.compile(r"^[\W_]*(?:[A-Za-z'’]+\s+){0,2}[A-Za-z'’]+\s*:")
-OPENER = re.compile(r"^[\W_]*(?:[A-Za-z'’]+\s+)?[A-Za-z'’]+\s*,")
-# Sentences about the assistant rather than the question: offers of help, self-descriptions, refusals.
-APOS = "(?:'|’)?"
-SELF_TALK = re.compile(
-    r"\b(?:here|happy|glad|ready) to (?:help|assist)\b"
-    r"|\b(?:how|what) can i (?:help|do for|assist)\b"
-    rf"|\bi{APOS}m (?:not )?(?:a|an|your) (?:[\w-]+ ){{0,3}}"
-    r"(?:ai|chatbot|assistant|language model|expert|guide|companion)\b"
-    r"|\bas an? (?:[\w-]+ ){0,2}(?:ai|chatbot|language model|assistant)\b"
-    rf"|\bi{APOS}m sorry\b|\bi can{APOS}t help\b|\bnot equipped to\b|\bdon{APOS}t have the ability\b",
-    re.I)
-SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 @dataclass(frozen=True)
@@ -81,7 +74,9 @@ class Embedder(SentenceEmbedder):
     def similarity(self, pairs: list[tuple[str, str]]) -> list[float]:
         if not pairs:
             return []
-        left = self.embed([q for q, _ in pairs])
+        questions = sorted({q for q, _ in pairs})  # a run asks each held-out question of many replies
+        index = {q: i for i, q in enumerate(questions)}
+        left = self.embed(questions)[[index[q] for q, _ in pairs]]
         right = self.embed([r for _, r in pairs])
         return [float(x) for x in (left * right).sum(-1)]
 
@@ -91,16 +86,6 @@ def loop_share(words: list[str]) -> float:
     kept = [w for w in words if not w.isdigit()]
     grams = [tuple(kept[i:i + 3]) for i in range(len(kept) - 2)]
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
-
-
-def content_of(reply: str) -> str:
-    """The reply without its leading labels and without its sentences about the assistant itself."""
-    text = reply.strip()
-    for pattern in (LABEL, LABEL, LABEL, OPENER):  # one comma only: "Flour, water, salt, ..." is content
-        label = pattern.match(text)
-        if label is not None:
-            text = text[label.end():].strip()
-    return " ".join(s.strip() for s in SENTENCE.split(text) if s.strip() and not SELF_TALK.search(s))
 
 
 def surface_failure(question: str, reply: str) -> str | None:
@@ -127,9 +112,10 @@ def surface_failure(question: str, reply: str) -> str | None:
 class QualityGuard:
     """Decides whether replies answer their questions; fit once, then reused for every check."""
 
-    def __init__(self, embedder: Embedder | None = None, threshold: float | None = None) -> None:
+    def __init__(self, embedder: Embedder | None = None, threshold: float | None = None,
+                 cache_dir: Path = CACHE_DIR) -> None:
         self.embedder = embedder or Embedder()
-        self.validation = validate(self.embedder) if threshold is None else None
+        self.validation = validate(self.embedder, cache_dir) if threshold is None else None
         self.threshold = threshold if threshold is not None else self.validation.threshold  # type: ignore[union-attr]
 
     def check_many(self, pairs: list[tuple[str, str]]) -> list[GuardResult]:
@@ -159,7 +145,21 @@ def _accuracy(rows: list[tuple[str | None, float, bool]], threshold: float) -> f
     return hits / max(len(rows), 1)
 
 
-def validate(embedder: Embedder) -> Validation:
+def reply_similarities(embedder: Embedder, replies: list[dict[str, Any]], cache_dir: Path) -> list[float]:
+    """Each labelled reply's similarity to its question, cached under a hash of the labels file."""
+    key = hashlib.sha256(REPLIES.read_bytes()).hexdigest()[:16]
+    path = cache_dir / f"answer-labels-{key}.json"
+    if path.exists():
+        return [float(x) for x in json.loads(path.read_text())]
+    sims = embedder.similarity([(x["question"], x["reply"]) for x in replies])
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.partial")  # workers fitting at once: one rename wins
+    tmp.write_text(json.dumps(sims))
+    tmp.replace(path)
+    return sims
+
+
+def validate(embedder: Embedder, cache_dir: Path = CACHE_DIR) -> Validation:
     """Fit the similarity threshold on the even-numbered labels; score it on the odd-numbered ones."""
     labels = load_labels()
     reasons = [surface_failure(x["question"], x["reply"]) for x in labels]
@@ -171,7 +171,7 @@ def validate(embedder: Embedder) -> Validation:
     candidates = [0.0] + [(a + b) / 2 for a, b in zip(values, values[1:], strict=False)] + [1.0]
     best = max(candidates, key=lambda t: (_accuracy(fit, t), -t))
     replies = load_labels(REPLIES)
-    sims = embedder.similarity([(x["question"], x["reply"]) for x in replies])
+    sims = reply_similarities(embedder, replies, cache_dir)
     passed = [surface_failure(x["question"], x["reply"]) is None and sim >= best
               for x, sim in zip(replies, sims, strict=True)]
     gold = [bool(x["answers"]) for x in replies]

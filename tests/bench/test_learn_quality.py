@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.learn.quality import REPLIES, Embedder, QualityGuard, content_of, load_labels, surface_failure
+from bench.learn.content import content_of
+from bench.learn.quality import REPLIES, Embedder, QualityGuard, load_labels, surface_failure
 
 
 @pytest.fixture(scope="module")
