@@ -12,9 +12,9 @@ the benchmark's own runs, each labelled by reading whether it answers, without s
 The guard's agreement with them is reported with every run: it rarely fails an answer, but it passes
 most non-answers that stay on topic ("Choosing a book for a flight can be a daunting task."), which
 no length or relevance check can tell from advice. A logistic regression on the embeddings of the
-reply's content and question, cross-validated by question on those labels, passed 18% of the
-non-answers but failed 27% of the answers (and 4 of the 30 clear answers above), so it would punish
-the answers a run should learn; the guard does not use one.
+reply's content and question, cross-validated by question on the first 872 of those labels, passed
+18% of the non-answers but failed 27% of the answers (and 4 of the 30 clear answers above), so it
+would punish the answers a run should learn; the guard does not use one.
 """
 
 from __future__ import annotations
