@@ -42,9 +42,10 @@ MAX_ECHO_RATIO = 0.8  # share of the reply's words taken from the question
 # Share of the reply's word trigrams (list numbers aside) that repeat an earlier one: every answer in
 # the labelled set scores at most 0.05; the loops SmolLM2 wrote once trained on numbered steps 0.29-0.48.
 MAX_LOOP_SHARE = 0.2
-# What is left of a reply once its leading labels and its talk about the assistant are set aside must
-# still say something: "My advice: The Snowy Game" or "I'm here to help with your knitting needs." does not.
-MIN_CONTENT_WORDS = 5
+# The same minimum holds for what is left once the reply's leading labels and its talk about the
+# assistant are set aside: "My advice: The Snowy Game" or "I'm here to help with your knitting needs."
+# says nothing.
+MIN_CONTENT_WORDS = MIN_WORDS
 
 
 @dataclass(frozen=True)
@@ -145,17 +146,30 @@ def _accuracy(rows: list[tuple[str | None, float, bool]], threshold: float) -> f
     return hits / max(len(rows), 1)
 
 
-def reply_similarities(embedder: Embedder, replies: list[dict[str, Any]], cache_dir: Path) -> list[float]:
-    """Each labelled reply's similarity to its question, cached under a hash of the labels file."""
-    key = hashlib.sha256(REPLIES.read_bytes()).hexdigest()[:16]
+def reply_similarities(embedder: Embedder, labels: Path, cache_dir: Path) -> list[float]:
+    """Each labelled reply's similarity to its question, cached per labels file and embedding model.
+
+    A cache file that cannot be read or does not fit the labels is computed again; writing a new one
+    removes the older ones.
+    """
+    replies = load_labels(labels)
+    model = f"{embedder.model.config._name_or_path}|{embedder.max_length}"
+    key = hashlib.sha256(labels.read_bytes() + model.encode()).hexdigest()[:16]
     path = cache_dir / f"answer-labels-{key}.json"
-    if path.exists():
-        return [float(x) for x in json.loads(path.read_text())]
+    try:
+        sims = [float(x) for x in json.loads(path.read_text())]
+        if len(sims) == len(replies):
+            return sims
+    except (OSError, ValueError, TypeError):
+        pass
     sims = embedder.similarity([(x["question"], x["reply"]) for x in replies])
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.stem}.{os.getpid()}.partial")  # workers fitting at once: one rename wins
     tmp.write_text(json.dumps(sims))
     tmp.replace(path)
+    for old in cache_dir.glob("answer-labels-*.json"):
+        if old != path:
+            old.unlink(missing_ok=True)
     return sims
 
 
@@ -171,7 +185,7 @@ def validate(embedder: Embedder, cache_dir: Path = CACHE_DIR) -> Validation:
     candidates = [0.0] + [(a + b) / 2 for a, b in zip(values, values[1:], strict=False)] + [1.0]
     best = max(candidates, key=lambda t: (_accuracy(fit, t), -t))
     replies = load_labels(REPLIES)
-    sims = reply_similarities(embedder, replies, cache_dir)
+    sims = reply_similarities(embedder, REPLIES, cache_dir)
     passed = [surface_failure(x["question"], x["reply"]) is None and sim >= best
               for x, sim in zip(replies, sims, strict=True)]
     gold = [bool(x["answers"]) for x in replies]

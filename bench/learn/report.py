@@ -231,8 +231,8 @@ def render(results: dict[str, Any], img_dir: str = "img") -> str:
     out += ["#### Hinted-teacher compliance (the ceiling of hint distillation)", "",
             hinted_table(results), "",
             "#### Judge against the simulator's ground truth (training turns)", "", judge_table(results), "",
-            f"Quality guard: all-MiniLM-L6-v2 relevance ≥ {guard['threshold']:.3f} plus length, echo and "
-            f"repetition checks; threshold fitted on {guard['n_fit']} hand-labelled examples (accuracy "
+            f"Quality guard: all-MiniLM-L6-v2 relevance ≥ {guard['threshold']:.3f} plus length, echo, "
+            f"repetition and no-answer checks; threshold fitted on {guard['n_fit']} hand-labelled examples (accuracy "
             f"{guard['accuracy_fit']:.2f}), {guard['accuracy_heldout']:.2f} on {guard['n_heldout']} others "
             f"it never saw.{_on_replies(guard)}", "",
             f"Limits: {len(plan['seeds'])} seed(s), {plan['heldout_per_user'] or 'all'} held-out prompts per "
@@ -247,9 +247,10 @@ def _on_replies(guard: dict[str, Any]) -> str:
     if not guard.get("replies_n"):
         return ""
     return (f" On {guard['replies_n']} replies of earlier runs, labelled by reading whether they answer, it "
-            f"agrees {guard['replies_accuracy']:.2f}: it passes {guard['replies_pass_nonanswers']:.2f} of the "
-            f"non-answers and fails {guard['replies_fail_answers']:.2f} of the answers, so a satisfied reply "
-            "is one that passes the rule and stays on topic, not always one that answers.")
+            f"agrees {guard['replies_accuracy']:.2f} (most of those replies do not answer): it passes "
+            f"{guard['replies_pass_nonanswers']:.2f} of the non-answers and fails "
+            f"{guard['replies_fail_answers']:.2f} of the answers. So a satisfied reply keeps the rule and stays "
+            "on topic, but often does not answer; `scripts/regrade.py` counts those that were read as answers.")
 
 
 def _nan(v: float | None) -> float:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from bench.learn.content import content_of
-from bench.learn.quality import REPLIES, Embedder, QualityGuard, load_labels, surface_failure
+from bench.learn.quality import REPLIES, Embedder, QualityGuard, load_labels, reply_similarities, surface_failure
 
 
 @pytest.fixture(scope="module")
@@ -47,24 +50,47 @@ def test_degenerate_replies_fail_before_any_model(reply: str, reason: str | None
     ('My advice: "The Snowy Game"', "no_answer"),
     ("My advice:\n\n* Press flowers\n* I'm a helpful AI\n", "no_answer"),
     ("I'm here to help you with your knitting needs.", "no_answer"),
-    ("My advice: Planning the perfect first camping trip can be a bit overwhelming, but I'm here to help.",
-     "no_answer"),
     ("I'm sorry for any confusion, but as a chatbot designed to assist with games, I'm not equipped to play.",
      "no_answer"),
     # a label and an offer around a real answer leave the answer
     ("In short, it's not a good idea.", None),
     ("I'm here to help you choose.\n\nChoose a book that aligns with your interests and preferences.", None),
     ("Score: 10/10\nCorrect, seven eights are fifty-six.", None),
-    # one comma opener only: a list of words is content
+    # a list of words is content, and so is a clause beside the assistant's talk
     ("Flour, water, salt, yeast, sugar and time.", None),
+    ("In short, yes, open on Sundays.", None),
+    ("I'm not an expert, but you should boil the water first.", None),
+    ("As an assistant manager, you should talk to both of them.", None),
+    # only the offer goes; the remark beside it stays, and the guard cannot tell a remark from advice
+    ("My advice: Planning the perfect first camping trip can be a bit overwhelming, but I'm here to help.",
+     None),
 ])
 def test_replies_that_say_nothing_once_labels_and_self_talk_are_set_aside(reply: str, reason: str | None) -> None:
     assert surface_failure("What should I do?", reply) == reason
 
 
-def test_content_drops_repeated_labels_and_one_comma_opener() -> None:
+def test_content_drops_repeated_labels_a_filler_opener_and_self_talk_clauses() -> None:
     assert content_of("My advice: My advice: In short, use less salt.") == "use less salt."
-    assert content_of("Flour, water, salt.") == "water, salt."
+    assert content_of("Flour, water, salt.").split() == ["Flour", "water", "salt."]  # no filler opener
+    assert content_of("I'm sorry to hear that, so rest.") == "so rest."
+
+
+def test_reply_similarities_are_cached_per_labels_file_and_recomputed_when_unfit(tmp_path: Path) -> None:
+    embedder = Embedder()
+    labels = tmp_path / "labels.jsonl"
+    rows = [{"question": "How do bees make honey?", "reply": "They fan nectar until it thickens.", "answers": True},
+            {"question": "How do bees make honey?", "reply": "Bees are a fascinating topic.", "answers": False}]
+    labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cache = tmp_path / "cache"
+    first = reply_similarities(embedder, labels, cache)
+    (written,) = cache.glob("answer-labels-*.json")
+    assert json.loads(written.read_text()) == first and len(first) == 2
+    written.write_text("[0.5]")  # a file that does not fit the labels is computed again
+    assert reply_similarities(embedder, labels, cache) == pytest.approx(first)
+    labels.write_text(labels.read_text() + json.dumps(rows[0]) + "\n")  # new labels: a new file, the old one gone
+    assert len(reply_similarities(embedder, labels, cache)) == 3
+    (rewritten,) = cache.glob("answer-labels-*.json")
+    assert rewritten != written
 
 
 def test_no_answer_fails_only_replies_read_as_non_answers() -> None:
@@ -80,7 +106,9 @@ def test_the_guard_reports_its_agreement_with_labelled_replies(guard: QualityGua
     v = guard.validation
     assert v is not None and v.replies_n == len(load_labels(REPLIES))
     assert v.replies_fail_answers <= 0.05, v  # it seldom fails a reply read as an answer
-    assert 0.0 <= v.replies_pass_nonanswers <= 1.0 and 0.0 < v.replies_accuracy < 1.0
+    # It passes most on-topic non-answers, as quality.py and docs/BENCHMARKS.md say; should this fail,
+    # the guard got better and those docs are out of date.
+    assert v.replies_pass_nonanswers > 0.5, v
 
 
 def test_relevance_separates_answers_from_off_topic_text(guard: QualityGuard) -> None:
