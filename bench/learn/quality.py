@@ -153,7 +153,8 @@ def reply_similarities(embedder: Embedder, labels: Path, cache_dir: Path) -> lis
     removes the older ones.
     """
     replies = load_labels(labels)
-    model = f"{embedder.model.config._name_or_path}|{embedder.max_length}"
+    # the model folder's package name, not its path: checkouts with their own venvs share one file
+    model = f"{Path(embedder.model.config._name_or_path).parent.name}|{embedder.max_length}"
     key = hashlib.sha256(labels.read_bytes() + model.encode()).hexdigest()[:16]
     path = cache_dir / f"answer-labels-{key}.json"
     try:
