@@ -14,7 +14,9 @@ most non-answers that stay on topic ("Choosing a book for a flight can be a daun
 no length or relevance check can tell from advice. A logistic regression on the embeddings of the
 reply's content and question, cross-validated by question on the first 872 of those labels, passed
 18% of the non-answers but failed 27% of the answers (and 4 of the 30 clear answers above), so it
-would punish the answers a run should learn; the guard does not use one.
+would punish the answers a run should learn; the guard does not use one. It uses answer keys instead
+(`keys.py`): for the advice, bottom-line and analogy users' questions, a reply must name something an
+answer would, which fails most on-topic remarks and about a fifth of the (mostly weak) answers.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.learn.content import content_of
+from bench.learn.keys import Keys, load_keys, names_no_key
 from core.embeddings import SentenceEmbedder
 
 DATA = Path(__file__).resolve().parent / "data" / "quality_labels.jsonl"
@@ -67,6 +70,7 @@ class Validation:
     replies_accuracy: float = float("nan")
     replies_pass_nonanswers: float = float("nan")  # share of labelled non-answers the guard passes
     replies_fail_answers: float = float("nan")  # share of labelled answers the guard fails
+    answer_keys: int = 0  # questions with answer keys (`keys.py`) the guard held replies to
 
 
 class Embedder(SentenceEmbedder):
@@ -89,8 +93,9 @@ def loop_share(words: list[str]) -> float:
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
 
 
-def surface_failure(question: str, reply: str) -> str | None:
-    """The cheap checks that need no model; a reason string when one fails."""
+def surface_failure(question: str, reply: str, keys: Keys | None = None) -> str | None:
+    """The cheap checks that need no model; a reason string when one fails. With `keys`, a reply to one of
+    their questions must also name one of its answer's stems."""
     words = [w.lower() for w in WORD.findall(reply)]
     if len(words) < MIN_WORDS:
         return "too_short"
@@ -107,6 +112,8 @@ def surface_failure(question: str, reply: str) -> str | None:
         return "loops"
     if len(WORD.findall(content_of(reply))) < MIN_CONTENT_WORDS:
         return "no_answer"
+    if keys is not None and names_no_key(keys, question, reply):
+        return "no_key"
     return None
 
 
@@ -114,13 +121,14 @@ class QualityGuard:
     """Decides whether replies answer their questions; fit once, then reused for every check."""
 
     def __init__(self, embedder: Embedder | None = None, threshold: float | None = None,
-                 cache_dir: Path = CACHE_DIR) -> None:
+                 cache_dir: Path = CACHE_DIR, keys: Keys | None = None) -> None:
         self.embedder = embedder or Embedder()
-        self.validation = validate(self.embedder, cache_dir) if threshold is None else None
+        self.keys = load_keys() if keys is None else keys  # `{}`: no answer keys
+        self.validation = validate(self.embedder, cache_dir, self.keys) if threshold is None else None
         self.threshold = threshold if threshold is not None else self.validation.threshold  # type: ignore[union-attr]
 
     def check_many(self, pairs: list[tuple[str, str]]) -> list[GuardResult]:
-        reasons = [surface_failure(q, r) for q, r in pairs]
+        reasons = [surface_failure(q, r, self.keys) for q, r in pairs]
         todo = [i for i, reason in enumerate(reasons) if reason is None]
         sims = dict(zip(todo, self.embedder.similarity([pairs[i] for i in todo]), strict=True))
         out: list[GuardResult] = []
@@ -177,8 +185,9 @@ def reply_similarities(embedder: Embedder, labels: Path, cache_dir: Path
     return replies, sims
 
 
-def validate(embedder: Embedder, cache_dir: Path = CACHE_DIR) -> Validation:
-    """Fit the similarity threshold on the even-numbered labels; score it on the odd-numbered ones."""
+def validate(embedder: Embedder, cache_dir: Path = CACHE_DIR, keys: Keys | None = None) -> Validation:
+    """Fit the similarity threshold on the even-numbered labels; score it on the odd-numbered ones; then
+    score the whole guard, answer keys and all, against the labelled replies of earlier runs."""
     labels = load_labels()
     reasons = [surface_failure(x["question"], x["reply"]) for x in labels]
     sims = embedder.similarity([(x["question"], x["reply"]) for x in labels])
@@ -189,7 +198,7 @@ def validate(embedder: Embedder, cache_dir: Path = CACHE_DIR) -> Validation:
     candidates = [0.0] + [(a + b) / 2 for a, b in zip(values, values[1:], strict=False)] + [1.0]
     best = max(candidates, key=lambda t: (_accuracy(fit, t), -t))
     replies, sims = reply_similarities(embedder, REPLIES, cache_dir)
-    passed = [surface_failure(x["question"], x["reply"]) is None and sim >= best
+    passed = [surface_failure(x["question"], x["reply"], keys) is None and sim >= best
               for x, sim in zip(replies, sims, strict=True)]
     gold = [bool(x["answers"]) for x in replies]
     answers = sum(gold)
@@ -199,4 +208,5 @@ def validate(embedder: Embedder, cache_dir: Path = CACHE_DIR) -> Validation:
         replies_pass_nonanswers=sum(p and not g for p, g in zip(passed, gold, strict=True))
         / max(len(replies) - answers, 1),
         replies_fail_answers=sum(g and not p for p, g in zip(passed, gold, strict=True)) / max(answers, 1),
+        answer_keys=len(keys or {}),
     )

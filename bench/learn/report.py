@@ -232,9 +232,9 @@ def render(results: dict[str, Any], img_dir: str = "img") -> str:
             hinted_table(results), "",
             "#### Judge against the simulator's ground truth (training turns)", "", judge_table(results), "",
             f"Quality guard: all-MiniLM-L6-v2 relevance ≥ {guard['threshold']:.3f} plus length, echo, "
-            f"repetition and no-answer checks; threshold fitted on {guard['n_fit']} hand-labelled examples (accuracy "
-            f"{guard['accuracy_fit']:.2f}), {guard['accuracy_heldout']:.2f} on {guard['n_heldout']} others "
-            f"it never saw.{_on_replies(guard)}", "",
+            f"repetition and no-answer checks{_keyed(guard)}; threshold fitted on {guard['n_fit']} hand-labelled "
+            f"examples (accuracy {guard['accuracy_fit']:.2f}), {guard['accuracy_heldout']:.2f} on "
+            f"{guard['n_heldout']} others it never saw.{_on_replies(guard)}", "",
             f"Limits: {len(plan['seeds'])} seed(s), {plan['heldout_per_user'] or 'all'} held-out prompts per "
             f"user (one prompt moves a rate by 1/n), {plan['max_tokens']}-token replies from SmolLM2-135M on "
             f"CPU, training turns sampled at temperature {plan['temperature']}; the judge is the same 135M "
@@ -249,8 +249,13 @@ def _on_replies(guard: dict[str, Any]) -> str:
     return (f" On {guard['replies_n']} replies of earlier runs, labelled by reading whether they answer, it "
             f"agrees {guard['replies_accuracy']:.2f} (most of those replies do not answer): it passes "
             f"{guard['replies_pass_nonanswers']:.2f} of the non-answers and fails "
-            f"{guard['replies_fail_answers']:.2f} of the answers. So a satisfied reply keeps the rule and stays "
-            "on topic, but often does not answer; `scripts/regrade.py` counts those that were read as answers.")
+            f"{guard['replies_fail_answers']:.2f} of the answers. `scripts/regrade.py` counts the satisfied replies "
+            "that were read as answers.")
+
+
+def _keyed(guard: dict[str, Any]) -> str:
+    n = guard.get("answer_keys", 0)
+    return f", and answer keys that a reply must name one of for {n} questions" if n else ""
 
 
 def _nan(v: float | None) -> float:
