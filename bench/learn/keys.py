@@ -10,6 +10,7 @@ can be a daunting task.") names none.
 A key is a sign, not proof: a remark can name one, and an answer in words the list lacks is missed.
 Against the 1339 replies read one by one (`data/answer_labels.jsonl`), the guard with the keys agrees
 0.74 (0.47 without): it passes 0.28 of the non-answers (0.76) and fails 0.22 of the answers (0.04),
+on the same labels whose misses prompted the keys' broader second pass, so it is no held-out figure;
 many of them bare verdicts or garbled steps ("In short, you can switch to a cheaper internet provider
 for the office."). Every run reports these figures again.
 """
@@ -32,9 +33,11 @@ def _normal(text: str) -> str:
 
 
 def _stem(key: str) -> re.Pattern[str]:
-    """A stem that must start a word; the words of a multi-word stem may be split by any spacing."""
+    """A stem that must start a word (not the rest of one after an apostrophe, as in "don't"); the words of
+    a multi-word stem may be split by any spacing. A short stem matches longer words too: "no" also
+    matches "not" and "now", as the reviewers who wrote the keys were told."""
     words = _normal(key).split()
-    return re.compile(r"(?<![\w'])" + r"\s+".join(re.escape(w) for w in words))
+    return re.compile(r"(?<!\w)(?<!\w')" + r"\s+".join(re.escape(w) for w in words))
 
 
 def load_keys(path: Path = KEYS) -> dict[str, tuple[re.Pattern[str], ...]]:

