@@ -16,7 +16,8 @@ fails: `irrelevant` for the guard, else the rule's code, `too_long` for a reply 
 limit. It generates nothing. A version evaluated twice (the runner's last point repeats the served
 version) is graded once per reply.
 
-The quality guard passes most replies that stay on topic without answering. So the table also reads
+Without answer keys (`bench/learn/keys.py`) the quality guard passes most replies that stay on topic
+without answering, and with them it still passes about a quarter of those. So the table also reads
 each reply's label in `answer_labels.jsonl` (replies of earlier runs, each labelled by reading whether
 it answers, without sight of the guard): `answers` counts the replies labelled as answering,
 `satisfied+answers` those that are also satisfied, and `unread` those with no label yet.
