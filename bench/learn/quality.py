@@ -50,6 +50,8 @@ MAX_LOOP_SHARE = 0.2
 # assistant are set aside: "My advice: The Snowy Game" or "I'm here to help with your knitting needs."
 # says nothing.
 MIN_CONTENT_WORDS = MIN_WORDS
+# The guard's reasons for a reply that may keep the topic but says nothing an answer would.
+SAYS_NOTHING = frozenset({"no_answer", "no_key"})
 
 
 @dataclass(frozen=True)
@@ -130,12 +132,13 @@ class QualityGuard:
 
     def check_many(self, pairs: list[tuple[str, str]]) -> list[GuardResult]:
         reasons = [surface_failure(q, r, self.keys) for q, r in pairs]
-        todo = [i for i, reason in enumerate(reasons) if reason is None]
+        # A reply that names no key is still read for relevance: off topic says more than no key.
+        todo = [i for i, reason in enumerate(reasons) if reason in (None, "no_key")]
         sims = dict(zip(todo, self.embedder.similarity([pairs[i] for i in todo]), strict=True))
         out: list[GuardResult] = []
         for i, reason in enumerate(reasons):
-            if reason is not None:
-                out.append(GuardResult(False, reason, None))
+            if reason is not None and (reason != "no_key" or sims[i] >= self.threshold):
+                out.append(GuardResult(False, reason, sims.get(i)))
             elif sims[i] < self.threshold:
                 out.append(GuardResult(False, "off_topic", sims[i]))
             else:

@@ -18,7 +18,7 @@ from typing import Any
 from openai import OpenAI
 
 from bench.learn import tools
-from bench.learn.quality import QualityGuard
+from bench.learn.quality import SAYS_NOTHING, QualityGuard
 from bench.learn.users import TOOL_FAILED, TOOL_MISSING, Prompt, User, follow_up, thanks
 
 REQUEST_TIMEOUT_S = 300.0  # one CPU completion, queued behind others, on a 2-core machine
@@ -94,10 +94,11 @@ def rule_codes(user: User, question: str, reply: str, *, truncated: bool) -> lis
 
 def grade_text(user: User, guard: QualityGuard, question: str, reply: str, *,
                truncated: bool = False) -> tuple[bool, str]:
-    """(satisfied, reason): the guard first, then the user's hidden rule."""
+    """(satisfied, reason): the guard first, then the user's hidden rule. A reply the guard fails for
+    saying nothing is `unanswered` (the user asks for the answer), any other failure `irrelevant`."""
     verdict = guard.check(question, reply)
     if not verdict.passed:
-        return False, "irrelevant"
+        return False, "unanswered" if verdict.reason in SAYS_NOTHING else "irrelevant"
     codes = rule_codes(user, question, reply, truncated=truncated)
     return (not codes), (codes[0] if codes else "ok")
 

@@ -72,6 +72,12 @@ CORRECTIONS: dict[str, tuple[str, ...]] = {
         "This has nothing to do with what I asked.",
         "You went off topic, answer the actual question.",
     ),
+    # on topic, perhaps in the right form, but nothing an answer would say
+    "unanswered": (
+        "That doesn't actually tell me anything. Give me a real answer, something concrete.",
+        "You haven't answered the question. Tell me plainly what the answer is.",
+        "That's just a general remark. What's the actual answer?",
+    ),
 }
 TEACHER_TOO_LONG = (
     "Just one sentence after the score line, not a whole paragraph.",

@@ -20,8 +20,17 @@ import pytest
 from openai import OpenAI
 
 from bench.learn.quality import Embedder, QualityGuard
-from bench.learn.sim import EVAL_CONCURRENCY, Chat, cycle, evaluate, rule_codes, text_session, tool_session
-from bench.learn.users import THANKS, all_users
+from bench.learn.sim import (
+    EVAL_CONCURRENCY,
+    Chat,
+    cycle,
+    evaluate,
+    grade_text,
+    rule_codes,
+    text_session,
+    tool_session,
+)
+from bench.learn.users import CORRECTIONS, THANKS, all_users
 
 
 class FakeServer:
@@ -150,3 +159,17 @@ def test_a_reply_cut_off_at_the_token_limit_is_too_long() -> None:
     cut = "Bees turn nectar into honey. They fan it until"
     assert rule_codes(student, bees, cut, truncated=True) == ["too_long"]
     assert rule_codes(student, bees, "- nectar\n- wings", truncated=True) == ["list"]  # the real fault first
+
+
+def test_a_reply_that_says_nothing_is_asked_for_the_answer(guard: QualityGuard) -> None:
+    """An on-topic remark in the user's form draws a request for the answer, not "off topic"."""
+    user = all_users()["advice"]
+    q = "How do I start knitting?"
+    assert q in {p.text for p in user.heldout}
+    remark = "My advice: The art of knitting is a lifelong pursuit that requires patience and dedication."
+    answer = "My advice: Buy a pair of 5 mm needles and a ball of chunky wool, and learn the knit stitch first."
+    off = "My advice: The quarterly report shows revenue grew by four percent in Europe last year."
+    assert grade_text(user, guard, q, remark) == (False, "unanswered")
+    assert grade_text(user, guard, q, answer) == (True, "ok")
+    assert grade_text(user, guard, q, off) == (False, "irrelevant")
+    assert user.correction("unanswered", random.Random(0)) in CORRECTIONS["unanswered"]
