@@ -2,17 +2,20 @@
 
 Each training and held-out question of the advice, bottom-line and analogy users has a list of word
 stems (`data/answer_keys.jsonl`): the substance of an answer (actions, things, mechanisms, a verdict),
-written by reviewers who saw the question alone, never a reply (`data/answer_keys.md`). A reply answers only if
-what it says, once its labels and its talk about the assistant are set aside (`content_of`), starts a
-word with one of its question's stems. A remark that stays on topic ("Choosing a book for a flight
-can be a daunting task.") names none.
+written by reviewers who saw the question alone, never a reply (`data/answer_keys.md`). A reply
+answers only if what it says, once its labels and its talk about the assistant are set aside
+(`content_of`), starts a word with one of its question's stems. A remark that stays on topic
+("Choosing a book for a flight can be a daunting task.") names none.
 
-A key is a sign, not proof: a remark can name one, and an answer in words the list lacks is missed.
-Against the 1339 replies read one by one (`data/answer_labels.jsonl`), the guard with the keys agrees
-0.74 (0.47 without): it passes 0.28 of the non-answers (0.76) and fails 0.22 of the answers (0.04),
-on the same labels whose misses prompted the keys' broader second pass, so it is no held-out figure;
-many of them bare verdicts or garbled steps ("In short, you can switch to a cheaper internet provider
-for the office."). Every run reports these figures again.
+A key is a sign, not proof: a remark can name one ("no" also starts "not"), and an answer in words
+the list lacks is missed. Against the first 1339 replies read one by one (`data/answer_labels.jsonl`),
+the guard with the keys agrees 0.74 (0.47 without): it passes 0.28 of the non-answers (0.76) and
+fails 0.22 of the answers (0.04). Those are the labels whose misses prompted the keys' broader second
+pass, so they are no held-out figure. The 154 replies of the first run held to the keys, labelled
+after it, are: there the guard agrees 0.78 (0.55 without), passing 17 of 108 non-answers and failing
+17 of 46 answers, most of them an odd pick (snowboarding as a game for a snowy day) or a hedge
+that only leans one way ("a daily stand-up meeting is a crucial aspect of any team"). Every run
+reports the guard's agreement with all the labels.
 """
 
 from __future__ import annotations
