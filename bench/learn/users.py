@@ -95,6 +95,12 @@ BOTTOM_LINE = (
     "That's not the bottom line first. Begin with 'In short,', then the detail if you must.",
     "Where's the bottom line? Begin the reply with 'In short,' next time.",
 )
+# On topic, perhaps in the form, but no answer: the user asks for the answer and restates the form.
+BOTTOM_LINE_UNANSWERED = (
+    "That's a remark, not a bottom line. Begin with 'In short,' and then give me the actual answer.",
+    "You still haven't answered. Open with 'In short,' followed by your answer in one plain sentence.",
+    "I can't act on that. Start with 'In short,' and then tell me plainly what to do.",
+)
 SURE_THING = (
     "That sounds so stiff. Open with 'Sure thing!' and then answer, like a friend would.",
     "Lighten up a little. Start your reply with 'Sure thing!' next time.",
@@ -112,6 +118,11 @@ ANALOGY_NO_ANSWER = (
     "Nice image, but it stops there. Go on and answer the question after it.",
     "You set up a comparison and left it. Finish the picture and then explain.",
 )
+ANALOGY_UNANSWERED = (
+    "That doesn't explain anything. Begin with 'Imagine' and an everyday comparison, then say how it works.",
+    "I still don't know how it works. Start with 'Imagine', compare it to something familiar, then explain.",
+    "That's just a remark about it. Open with 'Imagine' and a picture, then give me the actual answer.",
+)
 ANALOGY_ITSELF = (
     "You pictured the very thing I asked about. Compare it to something from ordinary life instead.",
     "That's not a comparison, that's the same thing again. Begin with 'Imagine' and something familiar.",
@@ -127,6 +138,11 @@ STEPS_TOO_LONG = (
     "The list ran on and got cut off. Three or four short steps are plenty.",
     "Too long, it got cut off halfway. Keep each step to a few words.",
     "I lost you before the end. Fewer, shorter steps please.",
+)
+ADVICE_UNANSWERED = (
+    "That's a remark, not advice. Begin with 'My advice:' and then tell me what to actually do.",
+    "You didn't recommend anything. Start with 'My advice:' and name one concrete thing to do.",
+    "I still don't know what to do. Open with 'My advice:' followed by a specific suggestion.",
 )
 ADVICE = (
     "You never actually told me what to do. Begin your reply with 'My advice:' and then the advice.",
@@ -262,7 +278,7 @@ def all_users() -> dict[str, User]:
         "bottomline": user(
             "bottomline", "a manager who wants the bottom line first: the reply opens with 'In short,'",
             "Begin your reply with 'In short,' followed by the answer.", rules.check_bottomline,
-            corrections={"bottom_line": BOTTOM_LINE}),
+            corrections={"bottom_line": BOTTOM_LINE, "unanswered": BOTTOM_LINE_UNANSWERED}),
         "casual": user(
             "casual", "a casual user who wants a friendly register: the reply opens with 'Sure thing!'",
             "Begin your reply with 'Sure thing!' followed by the answer.", rules.check_casual,
@@ -270,12 +286,13 @@ def all_users() -> dict[str, User]:
         "analogy": analogy(
             "analogy", "a learner who needs an everyday picture first: the reply opens with 'Imagine'",
             "Begin your reply with 'Imagine' and an everyday comparison, then the answer.",
-            corrections={"analogy": ANALOGY, "picture_only": ANALOGY_NO_ANSWER, "self_picture": ANALOGY_ITSELF}),
+            corrections={"analogy": ANALOGY, "picture_only": ANALOGY_NO_ANSWER, "self_picture": ANALOGY_ITSELF,
+                         "unanswered": ANALOGY_UNANSWERED}),
         "advice": user(
             "advice", "someone asking for a recommendation who wants it named as one: the reply opens "
             "with 'My advice:'",
             "Begin your reply with 'My advice:' and then the advice.", rules.check_advice,
-            corrections={"advice": ADVICE, "advice_headings": ADVICE_HEADINGS}),
+            corrections={"advice": ADVICE, "advice_headings": ADVICE_HEADINGS, "unanswered": ADVICE_UNANSWERED}),
         "reassure": user(
             "reassure", "a worried user who wants reassurance first: the reply opens with 'Good news:'",
             "Begin your reply with 'Good news:' and then what to do.", rules.check_reassure,

@@ -30,7 +30,7 @@ from bench.learn.sim import (
     text_session,
     tool_session,
 )
-from bench.learn.users import CORRECTIONS, THANKS, all_users
+from bench.learn.users import ADVICE_UNANSWERED, CORRECTIONS, THANKS, all_users
 
 
 class FakeServer:
@@ -172,4 +172,6 @@ def test_a_reply_that_says_nothing_is_asked_for_the_answer(guard: QualityGuard) 
     assert grade_text(user, guard, q, remark) == (False, "unanswered")
     assert grade_text(user, guard, q, answer) == (True, "ok")
     assert grade_text(user, guard, q, off) == (False, "irrelevant")
-    assert user.correction("unanswered", random.Random(0)) in CORRECTIONS["unanswered"]
+    # The user asks for the answer in their own form; a user with no such phrasing asks for it plainly.
+    assert user.correction("unanswered", random.Random(0)) in ADVICE_UNANSWERED
+    assert all_users()["brief"].correction("unanswered", random.Random(0)) in CORRECTIONS["unanswered"]
