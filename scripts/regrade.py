@@ -6,15 +6,19 @@
     (an earlier regrade's JSON, which holds every reply, for a run whose DB is gone)
     ... [--todo TODO.jsonl]
     (also writes the replies not yet in bench/learn/data/answer_labels.jsonl, to be labelled by reading)
+    ... [--no-keys]
+    (grades with the guard as it was before answer keys, for tables made before 2026-12-07's keys;
+    same verdicts, but a reply with nothing besides its labels is counted `unanswered`, not `irrelevant`)
 
 Every evaluation reply is in the run's DB as a side turn, with the version that served it. When a
 user's rule is tightened (a loophole found in what a run learned), this reads those replies back,
 matches each to `--user`'s held-out prompt by its request, and grades it with the rule and the
 quality guard of today, with `bench.learn.sim.evaluate`'s grading and rates, so earlier runs can be
 read under the same rule as new ones. The last column counts the first reason each unsatisfied reply
-fails: `irrelevant` for the guard, else the rule's code, `too_long` for a reply cut at the token
-limit. It generates nothing. A version evaluated twice (the runner's last point repeats the served
-version) is graded once per reply.
+fails: `unanswered` when the guard finds nothing an answer would say (no content besides labels and
+talk about the assistant, or no answer key), `irrelevant` for its other checks, else the rule's
+code, `too_long` for a reply cut at the token limit. It generates nothing. A version evaluated twice
+(the runner's last point repeats the served version) is graded once per reply.
 
 Without answer keys (`bench/learn/keys.py`) the quality guard passes most replies that stay on topic
 without answering, and with them it still passes about a quarter of those. So the table also reads
@@ -41,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def main(db: Path, user_name: str, out: Path | None, todo: Path | None = None) -> None:
+def main(db: Path, user_name: str, out: Path | None, todo: Path | None = None, keys: bool = True) -> None:
     from sqlalchemy import create_engine, select
     from sqlalchemy.orm import Session
 
@@ -53,7 +57,7 @@ def main(db: Path, user_name: str, out: Path | None, todo: Path | None = None) -
 
     user = all_users()[user_name]
     heldout = {p.text for p in user.heldout}
-    guard = QualityGuard()
+    guard = QualityGuard() if keys else QualityGuard(keys={})
     read = {(x["question"], x["reply"].strip()): bool(x["answers"]) for x in load_labels(REPLIES)}
     unread: dict[tuple[str, str], str] = {}
     replies: dict[int | None, dict[str, tuple[str, bool]]] = defaultdict(dict)
@@ -104,5 +108,6 @@ if __name__ == "__main__":
     p.add_argument("--user", default="analogy")
     p.add_argument("--json", type=Path)
     p.add_argument("--todo", type=Path, help="write the replies with no label by reading here, one JSON per line")
+    p.add_argument("--no-keys", action="store_true", help="grade without the answer keys, as before 2026-12-07")
     args = p.parse_args()
-    main(args.db, args.user, args.json, args.todo)
+    main(args.db, args.user, args.json, args.todo, keys=not args.no_keys)

@@ -17,7 +17,7 @@ first 872 of those labels, passed 18% of the non-answers but failed 27% of the a
 30 clear answers above), so it would punish the answers a run should learn; the guard does not use
 one. It uses answer keys instead (`keys.py`): for the advice, bottom-line and analogy users'
 questions, a reply must name something an answer would, which fails most on-topic remarks and about
-a fifth of the answers, many of them weak.
+a quarter of the answers, many of them weak.
 """
 
 from __future__ import annotations
@@ -137,12 +137,12 @@ class QualityGuard:
         sims = dict(zip(todo, self.embedder.similarity([pairs[i] for i in todo]), strict=True))
         out: list[GuardResult] = []
         for i, reason in enumerate(reasons):
-            if reason is not None and (reason != "no_key" or sims[i] >= self.threshold):
-                out.append(GuardResult(False, reason, sims.get(i)))
+            if i not in sims:
+                out.append(GuardResult(False, str(reason), None))
             elif sims[i] < self.threshold:
                 out.append(GuardResult(False, "off_topic", sims[i]))
             else:
-                out.append(GuardResult(True, "ok", sims[i]))
+                out.append(GuardResult(reason is None, reason or "ok", sims[i]))
         return out
 
     def check(self, question: str, reply: str) -> GuardResult:

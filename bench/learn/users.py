@@ -192,7 +192,7 @@ class User:
     corrections: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def correction(self, code: str, rng: random.Random) -> str:
-        """Name what was wrong (a violation code, or "irrelevant"), in one of several phrasings."""
+        """Name what was wrong (a violation code, "irrelevant" or "unanswered"), in one of several phrasings."""
         options = self.corrections.get(code) or CORRECTIONS.get(code) or CORRECTIONS["irrelevant"]
         return rng.choice(options)
 

@@ -63,3 +63,11 @@ def test_the_guard_fails_an_on_topic_remark_that_names_no_key() -> None:
     plain = QualityGuard(guard.embedder, threshold=0.26, keys={})
     assert plain.check(q, "Choosing a book for a long flight can be a daunting task, but it is all about finding "
                           "the fit.").passed
+
+
+def test_a_reply_naming_no_key_and_off_topic_is_called_off_topic() -> None:
+    guard = QualityGuard(Embedder(), threshold=0.26)
+    result = guard.check("How do I choose a good book for a long flight?",
+                         "The quarterly report shows revenue grew by four percent in Europe last year.")
+    assert (result.passed, result.reason) == (False, "off_topic")
+    assert result.similarity is not None and result.similarity < 0.26

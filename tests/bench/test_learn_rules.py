@@ -284,6 +284,10 @@ def test_reactions_never_state_a_score_and_name_the_fault() -> None:
     advice = all_users()["advice"]
     assert all("'My advice:'" in p for p in advice.corrections["advice"])
     assert all("'My advice:'" in p for p in advice.corrections["advice_headings"])
+    # asked for the answer, each keyed user restates their form with it
+    assert all("'My advice:'" in p for p in advice.corrections["unanswered"])
+    assert all("'In short,'" in p for p in bottomline.corrections["unanswered"])
+    assert all("'Imagine'" in p for p in analogy.corrections["unanswered"])
     reassure = all_users()["reassure"]
     assert all("'Good news:'" in p for p in reassure.corrections["good_news"])
     steps = all_users()["steps"]
