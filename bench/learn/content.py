@@ -23,7 +23,8 @@ SELF_TALK = re.compile(
     rf"|\bi{APOS}m (?:not )?(?:a|an|your) (?:[\w-]+ ){{0,3}}"
     r"(?:ai|chatbot|assistant|language model|expert|guide|companion)\b"
     r"|\bas an? (?:[\w-]+ ){0,2}(?:ai|chatbot|language model)\b"
-    rf"|\bi{APOS}m sorry\b|\bi can{APOS}t help (?:you|with)\b|\bdon{APOS}t have the ability\b"
+    rf"|\bi{APOS}m sorry\b|\bi{APOS}m not sure\b"
+    rf"|\bi can{APOS}t help (?:you|with)\b|\bdon{APOS}t have the ability\b"
     rf"|\bi{APOS}m not equipped to\b|\bnot equipped to (?:help|assist|provide)\b",
     re.I)
 CLAUSE = re.compile(r"(?<=[.!?])\s+|\n+|[,;:]\s+|\s+but\s+")

@@ -46,10 +46,10 @@ MAX_ECHO_RATIO = 0.8  # share of the reply's words taken from the question
 # Share of the reply's word trigrams (list numbers aside) that repeat an earlier one: every answer in
 # the labelled set scores at most 0.05; the loops SmolLM2 wrote once trained on numbered steps 0.29-0.48.
 MAX_LOOP_SHARE = 0.2
-# The same minimum holds for what is left once the reply's leading labels and its talk about the
-# assistant are set aside: "My advice: The Snowy Game" or "I'm here to help with your knitting needs."
-# says nothing.
-MIN_CONTENT_WORDS = MIN_WORDS
+# What is left once the reply's leading labels and its talk about the assistant are set aside needs
+# three words: "My advice: Snowy Game" or "I'm here to help with your knitting needs." says nothing, while
+# "In short, no, you shouldn't." answers (four words failed it; the answer keys catch "The Snowy Game").
+MIN_CONTENT_WORDS = 3
 # The guard's reasons for a reply that may keep the topic but says nothing an answer would.
 SAYS_NOTHING = frozenset({"no_answer", "no_key"})
 

@@ -47,7 +47,9 @@ def test_degenerate_replies_fail_before_any_model(reply: str, reason: str | None
 
 @pytest.mark.parametrize(("reply", "reason"), [
     # what SmolLM2 wrote in the benchmark's runs: a label over a title, an offer, a self-description
-    ('My advice: "The Snowy Game"', "no_answer"),
+    ('My advice: "Snowy Game"', "no_answer"),
+    ("In short, I'm not sure.", "no_answer"),  # no verdict, only talk about the assistant
+    ("In short, no, you shouldn't.", None),  # a verdict of three words answers
     ("My advice:\n\n* Press flowers\n* I'm a helpful AI\n", "no_answer"),
     ("I'm here to help you with your knitting needs.", "no_answer"),
     ("I'm sorry for any confusion, but as a chatbot designed to assist with games, I'm not equipped to play.",
