@@ -9,13 +9,13 @@ answers only if what it says, once its labels and its talk about the assistant a
 
 A key is a sign, not proof: a remark can name one ("no" also starts "not"), and an answer in words
 the list lacks is missed. Against the first 1339 replies read one by one (`data/answer_labels.jsonl`),
-the guard with the keys agrees 0.74 (0.47 without): it passes 0.28 of the non-answers (0.76) and
+the guard with the keys agrees 0.74 (0.47 without): it passes 0.27 of the non-answers (0.75) and
 fails 0.22 of the answers (0.04). Those are the labels whose misses prompted the keys' broader second
-pass, so they are no held-out figure. The 154 replies of the first run held to the keys, labelled
-after it, are: there the guard agrees 0.78 (0.55 without), passing 17 of 108 non-answers and failing
-17 of 46 answers, most of them an odd pick (snowboarding as a game for a snowy day) or a hedge
-that only leans one way ("a daily stand-up meeting is a crucial aspect of any team"). Every run
-reports the guard's agreement with all the labels.
+pass, so they are no held-out figure. The 539 held-out replies of the first runs held to the keys,
+labelled after them, are: there the guard agrees 0.80 (0.56 without), passing 66 of 356 non-answers
+and failing 44 of 183 answers, many of them an odd pick (snowboarding as a game for a snowy day) or
+a hedge that only leans one way ("a daily stand-up meeting is a crucial aspect of any team"). Every
+run reports the guard's agreement with all the labels.
 """
 
 from __future__ import annotations
