@@ -25,8 +25,6 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from bench.learn.content import content_of
-
 KEYS = Path(__file__).resolve().parent / "data" / "answer_keys.jsonl"
 Keys = Mapping[str, tuple[re.Pattern[str], ...]]
 
@@ -54,10 +52,11 @@ def load_keys(path: Path = KEYS) -> dict[str, tuple[re.Pattern[str], ...]]:
     return out
 
 
-def names_no_key(keys: Keys, question: str, reply: str) -> bool:
-    """True when the question has keys and the reply's content starts a word with none of them."""
+def names_no_key(keys: Keys, question: str, content: str) -> bool:
+    """True when the question has keys and a reply's content (`content_of`, which the guard has already
+    read for its length) starts a word with none of them."""
     stems = keys.get(question)
     if not stems:
         return False
-    said = _normal(content_of(reply))
+    said = _normal(content)
     return not any(p.search(said) for p in stems)

@@ -113,9 +113,10 @@ def surface_failure(question: str, reply: str, keys: Keys | None = None) -> str 
         return "echo"
     if loop_share(words) > MAX_LOOP_SHARE:
         return "loops"
-    if len(WORD.findall(content_of(reply))) < MIN_CONTENT_WORDS:
+    content = content_of(reply)
+    if len(WORD.findall(content)) < MIN_CONTENT_WORDS:
         return "no_answer"
-    if keys is not None and names_no_key(keys, question, reply):
+    if keys is not None and names_no_key(keys, question, content):
         return "no_key"
     return None
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.learn.content import content_of
 from bench.learn.keys import KEYS, Keys, load_keys, names_no_key
 from bench.learn.quality import Embedder, QualityGuard
 from bench.learn.users import all_users
@@ -44,11 +45,11 @@ def test_every_prompt_of_the_goal_users_has_keys() -> None:
     ("Use 'yeast' and patience.", False),  # a quoted word still starts a word
 ])
 def test_a_reply_must_start_a_word_with_a_key(keys: Keys, reply: str, missing: bool) -> None:
-    assert names_no_key(keys, "How do I bake bread at home?", reply) is missing
+    assert names_no_key(keys, "How do I bake bread at home?", content_of(reply)) is missing
 
 
 def test_questions_without_keys_are_not_held_to_them(keys: Keys) -> None:
-    assert not names_no_key(keys, "Why is the sky blue?", "It is a lovely question about the sky.")
+    assert not names_no_key(keys, "Why is the sky blue?", content_of("It is a lovely question about the sky."))
 
 
 def test_the_guard_fails_an_on_topic_remark_that_names_no_key() -> None:
