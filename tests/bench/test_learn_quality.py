@@ -113,7 +113,7 @@ def test_the_guard_reports_its_agreement_with_labelled_replies(guard: QualityGua
     assert plain is not None and plain.replies_n == v.replies_n
     # Without the answer keys it seldom fails an answer, but passes most on-topic non-answers.
     assert plain.replies_fail_answers <= 0.05 and plain.replies_pass_nonanswers > 0.5, plain
-    # The keys turn that round: most non-answers fail, at the cost of about a fifth of the answers.
+    # The keys turn that round: most non-answers fail, at the cost of about a quarter of the answers.
     assert v.replies_pass_nonanswers < 0.35 and v.replies_fail_answers < 0.25, v
     assert v.replies_accuracy > plain.replies_accuracy + 0.2, (v, plain)
 
