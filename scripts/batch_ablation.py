@@ -1,7 +1,7 @@
 """Which training signal moved the student: a finished run's first batches retrained with parts switched off.
 
     python scripts/batch_ablation.py RUN_DIR [--user bottomline] [--batches 1] [--variants as_run,rl_only,...]
-        [--opening "In short,"]
+        [--opening "In short,"] [--every]
     (RUN_DIR: a run's folder left by `learnproxy bench learn --keep DIR`, holding learnproxy.db and the
     train_config.json the run's learner read)
 
@@ -19,6 +19,10 @@ The judge's scores, hints and the logged sampling logprobs are the run's own. Fr
 on, the run's turns were sampled by the run's adapter, not the variant's; the importance ratio is
 then off-policy for every variant but `as_run`. The teacher rollouts are written afresh (greedy by
 default, so `as_run` writes the run's own unless the weights differ).
+
+With `--every` each variant is graded after every batch, not only the last, with the batch's mix of
+judge scores and hints beside it: where a run's held-out curve rose and then fell, this shows which
+signal took it down, on prompts the run never asked.
 """
 
 from __future__ import annotations
@@ -128,7 +132,8 @@ def grade(user: Any, guard: Any, prompts: list[str], written: list[tuple[str, bo
             "mean_words": sum(len(r["reply"].split()) for r in rows) / n, "replies": [r["reply"] for r in rows]}
 
 
-def main(run_dir: Path, user_name: str, n_batches: int, names: list[str], out: Path | None, opening: str) -> None:
+def main(run_dir: Path, user_name: str, n_batches: int, names: list[str], out: Path | None, opening: str,
+         every: bool = False) -> None:
     from bench.learn.quality import QualityGuard
     from bench.learn.users import all_users
     from core.modelload import resolve_model_path
@@ -154,23 +159,35 @@ def main(run_dir: Path, user_name: str, n_batches: int, names: list[str], out: P
             if opening:
                 results["base"]["opening"] = opening_probability(learner, prompts, opening)
             _row("base", results["base"])
-        for batch in data:
+        for i, batch in enumerate(data, start=1):
             learner.train_batch(batch)
-        results[name] = grade(user, guard, prompts, replies(learner, prompts))
-        if opening:
-            results[name]["opening"] = opening_probability(learner, prompts, opening)
-        _row(name, results[name])
+            if every or i == len(data):
+                key = f"{name}@v{i}" if every else name
+                results[key] = grade(user, guard, prompts, replies(learner, prompts))
+                if every:
+                    results[key]["samples"] = _mix(batch)
+                if opening:
+                    results[key]["opening"] = opening_probability(learner, prompts, opening)
+                _row(key, results[key])
     if out:
         out.write_text(json.dumps({"run": str(run_dir), "user": user_name, "batches": n_batches,
                                    "overrides": overrides, "variants": {k: VARIANTS.get(k, {}) for k in results},
                                    "results": results}, indent=1))
 
 
+def _mix(batch: list[Any]) -> dict[str, int]:
+    """What one batch held: samples scored +1 and -1 by the judge (or a label), and samples with a hint."""
+    return {"plus": sum(s.score > 0 for s in batch), "minus": sum(s.score < 0 for s in batch),
+            "hinted": sum(bool(s.hint) for s in batch), "n": len(batch)}
+
+
 def _row(name: str, r: dict[str, Any]) -> None:
     first = r["replies"][0][:70].replace("\n", " ")
     opening = f"{r['opening']:.3f}" if "opening" in r else "-"
-    print(f"| {name} | {r['satisfied']:.2f} | {r['guard']:.2f} | {r['rule']:.2f} | {r['stock']:.2f} | {opening} | "
-          f"{r['mean_words']:.0f} | {first!r} |", flush=True)
+    mix = r.get("samples", {})
+    held = f"{mix['n']} ({mix['plus']}+, {mix['minus']}-, {mix['hinted']} hinted)" if mix else "-"
+    print(f"| {name} | {held} | {r['satisfied']:.2f} | {r['guard']:.2f} | {r['rule']:.2f} | {r['stock']:.2f} | "
+          f"{opening} | {r['mean_words']:.0f} | {first!r} |", flush=True)
 
 
 if __name__ == "__main__":
@@ -181,11 +198,12 @@ if __name__ == "__main__":
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--out", type=Path, help="write the replies and rates as JSON here")
     p.add_argument("--opening", default="", help="also report the mean probability of a reply beginning so")
+    p.add_argument("--every", action="store_true", help="grade after every batch, not only the last (name@vN)")
     a = p.parse_args()
     chosen = a.variants.split(",")
     unknown = [v for v in chosen if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
-    print("| variant | satisfied | guard | rule | stock apology | P(opening) | words | first reply |\n"
-          "|---|---|---|---|---|---|---|---|")
-    main(a.run_dir, a.user, a.batches, chosen, a.out, a.opening)
+    print("| variant | batch | satisfied | guard | rule | stock apology | P(opening) | words | first reply |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+    main(a.run_dir, a.user, a.batches, chosen, a.out, a.opening, a.every)
