@@ -20,9 +20,10 @@ on, the run's turns were sampled by the run's adapter, not the variant's; the im
 then off-policy for every variant but `as_run`. The teacher rollouts are written afresh (greedy by
 default, so `as_run` writes the run's own unless the weights differ).
 
-With `--every` each variant is graded after every batch, not only the last, with the batch's mix of
-judge scores and hints beside it: where a run's held-out curve rose and then fell, this shows which
-signal took it down, on prompts the run never asked.
+With `--every` each variant is also graded after each earlier batch (`name@vN`; the last keeps the
+variant's name), with the batch's mix of judge scores and hints beside it. Where a run's held-out
+curve rose and then fell, comparing variants batch by batch shows which signal turned it, on the
+training prompts the run never asked.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def grade(user: Any, guard: Any, prompts: list[str], written: list[tuple[str, bo
 
 
 def main(run_dir: Path, user_name: str, n_batches: int, names: list[str], out: Path | None, opening: str,
-         every: bool = False) -> None:
+         every: bool) -> None:
     from bench.learn.quality import QualityGuard
     from bench.learn.users import all_users
     from core.modelload import resolve_model_path
@@ -155,24 +156,28 @@ def main(run_dir: Path, user_name: str, n_batches: int, names: list[str], out: P
         data = batches(run_dir / "learnproxy.db", n_batches, settings, config)  # samples depend on the config
         learner = Learner(model_path, config)
         if name == names[0]:
-            results["base"] = grade(user, guard, prompts, replies(learner, prompts))
-            if opening:
-                results["base"]["opening"] = opening_probability(learner, prompts, opening)
-            _row("base", results["base"])
+            _graded(results, "base", learner, user, guard, prompts, opening, None)
         for i, batch in enumerate(data, start=1):
             learner.train_batch(batch)
-            if every or i == len(data):
-                key = f"{name}@v{i}" if every else name
-                results[key] = grade(user, guard, prompts, replies(learner, prompts))
-                if every:
-                    results[key]["samples"] = _mix(batch)
-                if opening:
-                    results[key]["opening"] = opening_probability(learner, prompts, opening)
-                _row(key, results[key])
+            if every and i < len(data):
+                _graded(results, f"{name}@v{i}", learner, user, guard, prompts, opening, batch)
+        # the last batch's grade keeps the variant's own name, with or without --every
+        _graded(results, name, learner, user, guard, prompts, opening, data[-1] if every and data else None)
     if out:
         out.write_text(json.dumps({"run": str(run_dir), "user": user_name, "batches": n_batches,
-                                   "overrides": overrides, "variants": {k: VARIANTS.get(k, {}) for k in results},
+                                   "overrides": overrides, "variants": {k: VARIANTS[k] for k in names},
                                    "results": results}, indent=1))
+
+
+def _graded(results: dict[str, Any], key: str, learner: Any, user: Any, guard: Any, prompts: list[str],
+            opening: str, batch: list[Any] | None) -> None:
+    """Grade the learner as it is now into `results[key]`, with the mix of `batch` when given, and print its row."""
+    results[key] = grade(user, guard, prompts, replies(learner, prompts))
+    if batch is not None:
+        results[key]["samples"] = _mix(batch)
+    if opening:
+        results[key]["opening"] = opening_probability(learner, prompts, opening)
+    _row(key, results[key])
 
 
 def _mix(batch: list[Any]) -> dict[str, int]:
@@ -204,6 +209,6 @@ if __name__ == "__main__":
     unknown = [v for v in chosen if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
-    print("| variant | batch | satisfied | guard | rule | stock apology | P(opening) | words | first reply |\n"
+    print("| variant | batch held | satisfied | guard | rule | stock apology | P(opening) | words | first reply |\n"
           "|---|---|---|---|---|---|---|---|---|")
     main(a.run_dir, a.user, a.batches, chosen, a.out, a.opening, a.every)
