@@ -10,7 +10,10 @@ apart for hints that state the rule (they contain `--marker`) and for the other 
 first turns against redo turns: rollouts written, learned, learned and meeting the user's rule on a
 reply that passes the quality guard, learned and off topic. A second table counts, for the rollouts
 not learned, each screen check they failed (one rollout can fail several), at the thresholds of
-the run's learner (defaults, with the run's `train_config.json` beside its DB applied). Unlike
+the run's learner (defaults, with the run's `train_config.json` beside its DB applied). A third
+table gives, for each version the hinted turns were trained into, the distilled turns and their mean
+token-OPD advantage per token, and the rollouts written and learned: where a run's curve falls late,
+it shows whether distillation still had rollouts to teach. Unlike
 scripts/rollout_probe.py it generates nothing: these are the rollouts of the run itself, at the
 student of their own batch.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,13 +51,19 @@ def main(db: Path, user_name: str, marker: str) -> None:
     failed: Counter[str] = Counter()
     counts: Counter[tuple[str, str, str]] = Counter()
     hints: Counter[tuple[str, str]] = Counter()
+    by_version: dict[int, Counter[str]] = defaultdict(Counter)
+    opd: dict[int, list[float]] = defaultdict(list)
     phrases = 0
     with Session(create_engine(f"sqlite:///file:{db}?mode=ro&uri=true")) as s:
         for turn in s.scalars(select(Turn).where(Turn.hint.is_not(None), Turn.turn_type == "main")):
             kind = "states the rule" if marker in turn.hint.lower() else "other complaint"
             when = "first turn" if turn.turn_index == 0 else "redo turn"
             hints[(kind, when)] += 1
-            notes = (turn.advantage or {}).get("rollouts", [])
+            note_of_turn = turn.advantage or {}
+            version = turn.trained_version_id
+            if version is not None and note_of_turn.get("distilled"):
+                opd[version].append(float(note_of_turn.get("opd", 0.0)))
+            notes = note_of_turn.get("rollouts", [])
             if not notes:
                 continue
             question = current_question(view_of(s, turn).messages, [q.text for q in user.train])
@@ -67,6 +76,8 @@ def main(db: Path, user_name: str, marker: str) -> None:
                 learned = bool(note.get("learned"))
                 if not learned:
                     failed.update(why_not(note, config))
+                if version is not None:
+                    by_version[version].update({"written": 1, "learned": int(learned)})
                 for key, on in (("written", True), ("learned", learned), (KEYS[1], learned and met),
                                 (KEYS[2], learned and not passed)):
                     counts[(kind, when, key)] += on
@@ -84,6 +95,12 @@ def main(db: Path, user_name: str, marker: str) -> None:
     not_learned = sum(n for k, n in counts.items() if k[2] == "written") - sum(
         n for k, n in counts.items() if k[2] == "learned")
     print(f"| {not_learned} | " + " | ".join(str(failed[c]) for c in CHECKS) + " |")
+    print("\n| trained into | distilled turns | mean token-OPD advantage | rollouts written | learned |")
+    print("|---|---|---|---|---|")
+    for version in sorted(set(by_version) | set(opd)):
+        mean = f"{sum(opd[version]) / len(opd[version]):.2f}" if opd[version] else "-"
+        print(f"| v{version} | {len(opd[version])} | {mean} | {by_version[version]['written']} | "
+              f"{by_version[version]['learned']} |")
     if phrases:
         print(f"\nThe asked phrase alone was learned for {phrases} turns (rollout_asked_phrase).")
 
