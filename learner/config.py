@@ -137,6 +137,12 @@ class TrainConfig:
         1.0, "Weight of the repeat unlikelihood loss (summed over the marked tokens, divided by all the batch's "
         "response tokens).")
     opd_clip: float = _f(5.0, "OPD token advantage is clipped to [-c, c].")
+    opd_floor: float | None = _f(
+        None, "Lower bound of the token OPD advantage in place of -opd_clip; 0: token OPD only raises the "
+        "sampled tokens the hinted teacher gives more than the student does, and leaves pushing replies "
+        "down to RL. Late in runs with the label-gain config the learner kept almost no rollouts and the "
+        "batch-mean token OPD advantage fell to -0.2 and below (down to -0.92), with the base or the current "
+        "adapter as teacher, while the learned opening was lost (docs/BENCHMARKS.md, fiftieth session).")
     opd_no_repeat: int = _f(
         0, "Token OPD: a sampled token inside a token n-gram of this length that already occurred in its reply "
         "gets no positive advantage (a negative one stands); every token of the repeat counts, the first one "
@@ -482,6 +488,8 @@ class TrainConfig:
             problems.append(f"rollback_min_turns={self.rollback_min_turns}: set 1 or more")
         if self.opd_clip <= 0 or self.max_staleness < 0 or self.kl_coef < 0:
             problems.append("opd_clip must be > 0, max_staleness and kl_coef >= 0")
+        if self.opd_floor is not None and not -self.opd_clip <= self.opd_floor < self.opd_clip:
+            problems.append(f"opd_floor={self.opd_floor}: set it in [-opd_clip, opd_clip) or leave it None")
         problems += self._idle_options()
         if problems:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))
@@ -498,6 +506,7 @@ class TrainConfig:
             "unlikelihood_stutter (set true)": (not self.unlikelihood_stutter, ("unlikelihood_stutter_marks",)),
             "kl_coef (set above 0)": (self.kl_coef == 0, ("kl_skip_asked",)),
             "lr_decay (set under 1)": (self.lr_decay == 1, ("lr_floor",)),
+            "opd_mode token": (self.opd_mode != "token", ("opd_floor",)),
             "publish_check or publish_check_canary (set either above 0)": (
                 not self.checks_before_publish,
                 ("publish_check_tokens", "publish_check_tries", "publish_check_slack", "publish_check_drop",

@@ -288,7 +288,7 @@ class Learner:
         with _teacher_weights(self.model, cfg.teacher):
             if cfg.opd_mode == "token":
                 teacher = token_stats(self.model, t_packed, chunk=cfg.logprob_chunk).logprobs
-                adv = opd_token_advantage(teacher, student[positions], cfg.opd_clip)
+                adv = opd_token_advantage(teacher, student[positions], cfg.opd_clip, cfg.opd_floor)
                 if cfg.opd_no_repeat:  # the teacher's vote for saying a phrase again does not count
                     again = torch.cat([repeats(samples[i].response_ids, cfg.opd_no_repeat) for i in hinted])
                     adv = torch.where(again.to(adv.device), adv.clamp(max=0), adv)

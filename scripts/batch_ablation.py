@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 VARIANTS: dict[str, dict[str, Any]] = {
     "as_run": {},
     "no_token_opd": {"w_opd": 0.0},
+    "opd_up_only": {"opd_floor": 0.0},
     "no_rollouts": {"rollouts": 0},
     "no_rl": {"w_rl": 0.0},
     "rl_only": {"w_opd": 0.0, "rollouts": 0},

@@ -66,6 +66,8 @@ def test_kl_is_zero_at_reference_and_positive_elsewhere() -> None:
 def test_opd_advantage_is_clipped_difference() -> None:
     adv = opd_token_advantage(torch.tensor([-1.0, -10.0, -1.0]), torch.tensor([-2.0, -1.0, -9.0]), clip=5.0)
     assert adv.tolist() == [1.0, -5.0, 5.0]
+    up = opd_token_advantage(torch.tensor([-1.0, -10.0, -1.0]), torch.tensor([-2.0, -1.0, -9.0]), clip=5.0, floor=0.0)
+    assert up.tolist() == [1.0, 0.0, 5.0]
 
 
 def test_repeats_marks_every_token_of_an_ngram_seen_before() -> None:
@@ -203,6 +205,11 @@ def test_config_validation_says_what_to_set() -> None:
     with pytest.raises(ValueError, match="publish_check_slack, publish_check_drop: used only with publish_check"):
         TrainConfig(publish_check_slack=1, publish_check_drop=0.5)
     assert TrainConfig(rollouts=1, rollout_stop_weight=10.0).rollout_stop_weight == 10.0
+    assert TrainConfig(opd_floor=0.0).opd_floor == 0.0
+    with pytest.raises(ValueError, match="opd_floor=5.0: set it in"):
+        TrainConfig(opd_floor=5.0)
+    with pytest.raises(ValueError, match="opd_floor: used only with opd_mode token"):
+        TrainConfig(opd_floor=0.0, opd_mode="topk")
     assert TrainConfig(rollout_replay=4, rollout_stop_weight=10.0).rollout_stop_weight == 10.0  # the replay loss
     with pytest.raises(ValueError, match="publish_check_train_on: used only with publish_check"):
         TrainConfig(publish_check_train_on=2)

@@ -532,6 +532,21 @@ def test_opd_no_repeat_takes_back_the_teachers_vote_for_a_repeat(maker: TurnMake
 
 
 
+def test_opd_floor_zero_keeps_only_the_teachers_push_up(maker: TurnMaker, model_path: str) -> None:
+    """With opd_floor 0 a hinted reply's tokens the teacher scores under the student get no advantage, and
+    those it scores over the student keep theirs exactly."""
+    messages = [{"role": "user", "content": "How do I start running?"}]
+    response = maker.response_ids("I'm here to help you with running. Run slowly at first.")
+    sample = Sample(1, maker.prompt_ids(messages), response, [0.0] * len(response), -1,
+                    "Begin your reply with 'My advice:' and then tell me what to do.", messages)
+    learner = Learner(model_path, TrainConfig(method="opd", device="cpu"))
+    both = learner._targets([sample]).opd_adv
+    assert (both < 0).any() and (both > 0).any()
+    learner.configure(TrainConfig(method="opd", device="cpu", opd_floor=0.0))
+    up = learner._targets([sample]).opd_adv
+    assert torch.equal(up, both.clamp(min=0))
+
+
 def _asked_samples(maker: TurnMaker, replies: list[tuple[str, str, int, str | None]]) -> list[Sample]:
     """One sample per (user message, reply, score, hint); a hinted one's hint is what the user said to do."""
     samples = []
