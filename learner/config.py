@@ -138,11 +138,14 @@ class TrainConfig:
         "response tokens).")
     opd_clip: float = _f(5.0, "OPD token advantage is clipped to [-c, c].")
     opd_floor: float | None = _f(
-        None, "Lower bound of the token OPD advantage in place of -opd_clip; 0: token OPD only raises the "
-        "sampled tokens the hinted teacher gives more than the student does, and leaves pushing replies "
-        "down to RL. Late in runs with the label-gain config the learner kept almost no rollouts and the "
-        "batch-mean token OPD advantage fell to -0.2 and below (down to -0.92), with the base or the current "
-        "adapter as teacher, while the learned opening was lost (docs/BENCHMARKS.md, fiftieth session).")
+        None, "Lower bound of the token OPD advantage, in [-opd_clip, 0], in place of -opd_clip. 0: token OPD "
+        "only raises the sampled tokens the hinted teacher gives more than the student does; pushing a "
+        "corrected reply down is left to RL (and, with method opd, to nothing but the KL anchor and "
+        "unlikelihood). With keep_asked_opening, token OPD then never counts against the opening. Each "
+        "distilled turn logs the mean teacher-student gap before the bound (`opd_gap`). Why: in the label-gain "
+        "runs with the base as teacher (docs/BENCHMARKS.md, fiftieth session) the learner kept almost no "
+        "rollouts after v3, and the mean token-OPD advantage per batch was -0.2 or lower in 10 of the 15 "
+        "later batches (down to -0.92) while the learned opening was lost. None: -opd_clip.")
     opd_no_repeat: int = _f(
         0, "Token OPD: a sampled token inside a token n-gram of this length that already occurred in its reply "
         "gets no positive advantage (a negative one stands); every token of the repeat counts, the first one "
@@ -488,8 +491,9 @@ class TrainConfig:
             problems.append(f"rollback_min_turns={self.rollback_min_turns}: set 1 or more")
         if self.opd_clip <= 0 or self.max_staleness < 0 or self.kl_coef < 0:
             problems.append("opd_clip must be > 0, max_staleness and kl_coef >= 0")
-        if self.opd_floor is not None and not -self.opd_clip <= self.opd_floor < self.opd_clip:
-            problems.append(f"opd_floor={self.opd_floor}: set it in [-opd_clip, opd_clip) or leave it None")
+        if self.opd_floor is not None and not -self.opd_clip <= self.opd_floor <= 0:
+            problems.append(f"opd_floor={self.opd_floor}: set it in [-opd_clip, 0] or leave it None (a floor "
+                            "above 0 would raise tokens the hinted teacher scores under the student)")
         problems += self._idle_options()
         if problems:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))

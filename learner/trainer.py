@@ -90,6 +90,7 @@ class BatchTargets:
     repeated: torch.Tensor | None = None  # [n] bools: unlikelihood pushes the token down (`Learner._repeated`)
     anchored: torch.Tensor | None = None  # [n] bools: tokens the KL anchor counts (kl_skip_asked); None: all
     opening_kept: int = 0  # asked-opening tokens whose negative advantage keep_asked_opening zeroed
+    opd_gap: torch.Tensor | None = None  # token mode: teacher - student logprob [n], before clip and weight
 
 
 @dataclass
@@ -288,6 +289,8 @@ class Learner:
         with _teacher_weights(self.model, cfg.teacher):
             if cfg.opd_mode == "token":
                 teacher = token_stats(self.model, t_packed, chunk=cfg.logprob_chunk).logprobs
+                gap = teacher - student[positions]
+                out.opd_gap = torch.zeros_like(out.opd_adv).index_put((positions,), gap)
                 adv = opd_token_advantage(teacher, student[positions], cfg.opd_clip, cfg.opd_floor)
                 if cfg.opd_no_repeat:  # the teacher's vote for saying a phrase again does not count
                     again = torch.cat([repeats(samples[i].response_ids, cfg.opd_no_repeat) for i in hinted])
@@ -611,11 +614,14 @@ def _summaries(samples: list[Sample], t: BatchTargets) -> list[dict[str, Any]]:
     notes: list[list[dict[str, Any]]] = [[] for _ in samples]
     for i, note in t.rollout_notes:
         notes[i].append(note)
+    gaps = t.packed.split(t.opd_gap.cpu()) if t.opd_gap is not None else [None] * len(samples)
     out = []
-    for s, r, o, d, n, written in zip(samples, rl, opd, distilled, rollout_tokens, notes, strict=True):
+    for s, r, o, d, n, written, g in zip(samples, rl, opd, distilled, rollout_tokens, notes, gaps, strict=True):
         row = {"rl": round(float(r.mean()), 4), "opd": round(float(o.mean()), 4), "n_tokens": len(s.response_ids),
                "score": s.score, "hinted": s.is_opd, "source": s.source, "hint_source": s.hint_source,
                "distilled": d, "rollout_tokens": n}
+        if g is not None and d:  # how far the teacher sits from the student, before opd_clip and opd_floor
+            row["opd_gap"] = round(float(g.mean()), 4)
         if s.standing:
             row["standing"] = list(s.standing)
         if written:  # what the hinted teacher wrote, so a reviewer sees what the student was (not) taught

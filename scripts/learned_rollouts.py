@@ -12,7 +12,8 @@ reply that passes the quality guard, learned and off topic. A second table count
 not learned, each screen check they failed (one rollout can fail several), at the thresholds of
 the run's learner (defaults, with the run's `train_config.json` beside its DB applied). A third
 table gives, for each version the hinted turns were trained into, the distilled turns and their mean
-token-OPD advantage per token, and the rollouts written and learned: where a run's curve falls late,
+token-OPD advantage per token (and, where logged, their mean teacher-student gap before opd_clip and
+opd_floor), and the rollouts written and learned: where a run's curve falls late,
 it shows whether distillation still had rollouts to teach. Unlike
 scripts/rollout_probe.py it generates nothing: these are the rollouts of the run itself, at the
 student of their own batch.
@@ -53,6 +54,7 @@ def main(db: Path, user_name: str, marker: str) -> None:
     hints: Counter[tuple[str, str]] = Counter()
     by_version: dict[int, Counter[str]] = defaultdict(Counter)
     opd: dict[int, list[float]] = defaultdict(list)
+    gap: dict[int, list[float]] = defaultdict(list)  # teacher - student before clip and opd_floor
     phrases = 0
     with Session(create_engine(f"sqlite:///file:{db}?mode=ro&uri=true")) as s:
         for turn in s.scalars(select(Turn).where(Turn.hint.is_not(None), Turn.turn_type == "main")):
@@ -63,6 +65,8 @@ def main(db: Path, user_name: str, marker: str) -> None:
             version = turn.trained_version_id
             if version is not None and note_of_turn.get("distilled"):
                 opd[version].append(float(note_of_turn.get("opd", 0.0)))
+                if "opd_gap" in note_of_turn:  # logged from opd_floor's commit on
+                    gap[version].append(float(note_of_turn["opd_gap"]))
             notes = note_of_turn.get("rollouts", [])
             if not notes:
                 continue
@@ -95,11 +99,13 @@ def main(db: Path, user_name: str, marker: str) -> None:
     not_learned = sum(n for k, n in counts.items() if k[2] == "written") - sum(
         n for k, n in counts.items() if k[2] == "learned")
     print(f"| {not_learned} | " + " | ".join(str(failed[c]) for c in CHECKS) + " |")
-    print("\n| trained into | distilled turns | mean token-OPD advantage | rollouts written | learned |")
-    print("|---|---|---|---|---|")
+    print("\n| trained into | distilled turns | mean token-OPD advantage | mean teacher-student gap "
+          "| rollouts written | learned |")
+    print("|---|---|---|---|---|---|")
     for version in sorted(set(by_version) | set(opd)):
         mean = f"{sum(opd[version]) / len(opd[version]):.2f}" if opd[version] else "-"
-        print(f"| v{version} | {len(opd[version])} | {mean} | {by_version[version]['written']} | "
+        raw = f"{sum(gap[version]) / len(gap[version]):.2f}" if gap[version] else "-"
+        print(f"| v{version} | {len(opd[version])} | {mean} | {raw} | {by_version[version]['written']} | "
               f"{by_version[version]['learned']} |")
     if phrases:
         print(f"\nThe asked phrase alone was learned for {phrases} turns (rollout_asked_phrase).")

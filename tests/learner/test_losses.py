@@ -206,8 +206,11 @@ def test_config_validation_says_what_to_set() -> None:
         TrainConfig(publish_check_slack=1, publish_check_drop=0.5)
     assert TrainConfig(rollouts=1, rollout_stop_weight=10.0).rollout_stop_weight == 10.0
     assert TrainConfig(opd_floor=0.0).opd_floor == 0.0
-    with pytest.raises(ValueError, match="opd_floor=5.0: set it in"):
-        TrainConfig(opd_floor=5.0)
+    assert TrainConfig(opd_floor=-5.0).opd_floor == -5.0  # -opd_clip: the same as None
+    for floor in (0.5, -5.01):
+        with pytest.raises(ValueError, match=f"opd_floor={floor}: set it in"):
+            TrainConfig(opd_floor=floor)
+    assert TrainConfig.from_json(TrainConfig(opd_floor=0.0).to_json()).opd_floor == 0.0
     with pytest.raises(ValueError, match="opd_floor: used only with opd_mode token"):
         TrainConfig(opd_floor=0.0, opd_mode="topk")
     assert TrainConfig(rollout_replay=4, rollout_stop_weight=10.0).rollout_stop_weight == 10.0  # the replay loss

@@ -19,7 +19,7 @@ from learner.config import TrainConfig
 from learner.losses import repeats, tail_logprob, topk_reverse_kl
 from learner.run import run_train_step
 from learner.samples import Sample, replay_rollouts, teacher_messages
-from learner.trainer import Learner
+from learner.trainer import Learner, _summaries
 from tests.learner.factories import TurnMaker
 
 pytestmark = pytest.mark.slow
@@ -543,8 +543,11 @@ def test_opd_floor_zero_keeps_only_the_teachers_push_up(maker: TurnMaker, model_
     both = learner._targets([sample]).opd_adv
     assert (both < 0).any() and (both > 0).any()
     learner.configure(TrainConfig(method="opd", device="cpu", opd_floor=0.0))
-    up = learner._targets([sample]).opd_adv
-    assert torch.equal(up, both.clamp(min=0))
+    targets = learner._targets([sample])
+    assert torch.equal(targets.opd_adv, both.clamp(min=0))
+    assert targets.opd_gap is not None and torch.allclose(targets.opd_gap.clamp(-5.0, 5.0), both)
+    logged = _summaries([sample], targets)[0]  # the gap is logged as it was, the floored advantage above it
+    assert logged["opd_gap"] == round(float(targets.opd_gap.mean()), 4) < logged["opd"]
 
 
 def _asked_samples(maker: TurnMaker, replies: list[tuple[str, str, int, str | None]]) -> list[Sample]:
