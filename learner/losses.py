@@ -41,10 +41,10 @@ def kl_to_reference(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_ratio) - log_ratio - 1
 
 
-def opd_token_advantage(teacher_logp: torch.Tensor, student_logp: torch.Tensor, clip: float,
-                        floor: float | None = None) -> torch.Tensor:
-    """Hint distillation on sampled tokens: clip(teacher - student, floor, c), floor -c unless given."""
-    return (teacher_logp - student_logp).clamp(-clip if floor is None else floor, clip)
+def opd_token_advantage(gap: torch.Tensor, clip: float, floor: float | None = None) -> torch.Tensor:
+    """Hint distillation on sampled tokens: the teacher - student logprob gap clipped to [floor, c], floor -c
+    unless given."""
+    return gap.clamp(-clip if floor is None else floor, clip)
 
 
 def repeats(ids: list[int], n: int) -> torch.Tensor:

@@ -291,7 +291,7 @@ class Learner:
                 teacher = token_stats(self.model, t_packed, chunk=cfg.logprob_chunk).logprobs
                 gap = teacher - student[positions]
                 out.opd_gap = torch.zeros_like(out.opd_adv).index_put((positions,), gap)
-                adv = opd_token_advantage(teacher, student[positions], cfg.opd_clip, cfg.opd_floor)
+                adv = opd_token_advantage(gap, cfg.opd_clip, cfg.opd_floor)
                 if cfg.opd_no_repeat:  # the teacher's vote for saying a phrase again does not count
                     again = torch.cat([repeats(samples[i].response_ids, cfg.opd_no_repeat) for i in hinted])
                     adv = torch.where(again.to(adv.device), adv.clamp(max=0), adv)

@@ -64,9 +64,10 @@ def test_kl_is_zero_at_reference_and_positive_elsewhere() -> None:
 
 
 def test_opd_advantage_is_clipped_difference() -> None:
-    adv = opd_token_advantage(torch.tensor([-1.0, -10.0, -1.0]), torch.tensor([-2.0, -1.0, -9.0]), clip=5.0)
+    gap = torch.tensor([-1.0, -10.0, -1.0]) - torch.tensor([-2.0, -1.0, -9.0])  # teacher - student
+    adv = opd_token_advantage(gap, clip=5.0)
     assert adv.tolist() == [1.0, -5.0, 5.0]
-    up = opd_token_advantage(torch.tensor([-1.0, -10.0, -1.0]), torch.tensor([-2.0, -1.0, -9.0]), clip=5.0, floor=0.0)
+    up = opd_token_advantage(gap, clip=5.0, floor=0.0)
     assert up.tolist() == [1.0, 0.0, 5.0]
 
 
