@@ -63,6 +63,10 @@ class Settings(BaseSettings):
         default=2, ge=1, description="Judge tasks at once in `serve --with-worker`: a turn the classifier "
         "decides at once need not wait behind one that waits for LLM votes, and votes of two turns batch.")
     judge_temperature: float = 0.6
+    judge_seed: int | None = Field(
+        default=None, description="Seed the judge's votes: each vote's `seed` is derived from this, the prompt "
+        "and the vote's index, so judging the same turn again gives the same votes where the judge honours "
+        "seeds (the embedded engine does; SGLang only with --enable-deterministic-inference). None: unseeded.")
     judge_max_tokens: int = 256
     judge_timeout_s: float = Field(
         default=120.0, gt=0, description="Longest wait for the judge's next token (the first included): a "

@@ -100,10 +100,13 @@ class JudgeClient:
     def close(self) -> None:
         self._http.close()
 
-    def complete(self, messages: list[dict[str, Any]], *, temperature: float, max_tokens: int) -> Completion:
+    def complete(self, messages: list[dict[str, Any]], *, temperature: float, max_tokens: int,
+                 seed: int | None = None) -> Completion:
         """One chat completion, streamed; raises a `JudgeError` subclass on any failure."""
-        body = {"model": self.model, "messages": messages, "temperature": temperature,
-                "max_tokens": max_tokens, "stream": True}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature,
+                                "max_tokens": max_tokens, "stream": True}
+        if seed is not None:
+            body["seed"] = seed
         start = time.perf_counter()
         try:
             with self._http.stream("POST", "chat/completions", json=body) as response:
@@ -148,13 +151,18 @@ class JudgeClient:
         return "".join(parts)
 
     def complete_many(
-        self, messages: list[dict[str, Any]], n: int, *, temperature: float, max_tokens: int
+        self, messages: list[dict[str, Any]], n: int, *, temperature: float, max_tokens: int,
+        seeds: list[int] | None = None,
     ) -> list[Completion]:
-        """`n` independent samples of the same prompt, concurrently; the first failure is raised."""
+        """`n` independent samples of the same prompt, concurrently (sample i with `seeds[i]` if given);
+        the first failure is raised."""
+        if seeds is not None and len(seeds) != n:
+            raise ValueError(f"{len(seeds)} seeds for {n} samples")
         with ThreadPoolExecutor(max_workers=n, thread_name_prefix="judge-vote") as pool:
             futures = [
-                pool.submit(self.complete, messages, temperature=temperature, max_tokens=max_tokens)
-                for _ in range(n)
+                pool.submit(self.complete, messages, temperature=temperature, max_tokens=max_tokens,
+                            seed=None if seeds is None else seeds[i])
+                for i in range(n)
             ]
             return [f.result() for f in futures]
 

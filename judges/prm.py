@@ -6,6 +6,7 @@ status `unparsed`. A vote that cannot be parsed is `None`, never a silent 0.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -95,8 +96,16 @@ def sample_votes(
         settings.judge_votes,
         temperature=settings.judge_temperature,
         max_tokens=settings.judge_max_tokens,
+        seeds=None if settings.judge_seed is None else vote_seeds(settings.judge_seed, prompt, settings.judge_votes),
     )
     return template, completions
+
+
+def vote_seeds(seed: int, prompt: str, n: int) -> list[int]:
+    """The sampling seed of each of `n` votes on `prompt` (`settings.judge_seed`): the same for the same
+    seed, prompt and index, so judging a turn again repeats its votes; distinct across votes and prompts."""
+    return [int.from_bytes(hashlib.sha256(f"{seed}\n{i}\n{prompt}".encode()).digest()[:4], "big") >> 1
+            for i in range(n)]
 
 
 def prm_votes(client: JudgeClient, settings: Settings, inp: JudgeInput) -> list[VoteResult]:

@@ -331,3 +331,39 @@ def test_a_reply_that_reads_as_approval_never_becomes_a_hint(
     outcome, turn = judge_reply(db, session_factory, client, on, reply)
     assert (outcome.score, outcome.source, outcome.action) == (-1, "votes", "judged")
     assert turn.hint is None
+
+
+def _seeds_of_a_rerun(db: Session, session_factory: sessionmaker[Session], settings: Settings,
+                     judge_server: ScriptedJudge, turn_id: int) -> list[int]:
+    """The `seed` of each judge request when the turn is judged again (back in `ready`, as after a crash)."""
+    db.expire_all()
+    turn = db.get(Turn, turn_id)
+    assert turn is not None
+    turn.status = TurnStatus.ready
+    db.commit()
+    judge_server.requests.clear()
+    client = JudgeClient.from_settings(settings)
+    try:
+        judge_turn(session_factory, client, settings, turn_id)
+    finally:
+        client.close()
+    assert judge_server.requests
+    return sorted(body["seed"] for body in judge_server.requests)
+
+
+def test_with_a_judge_seed_each_vote_sends_its_own_seed_and_a_rerun_sends_the_same(
+    db: Session, session_factory: sessionmaker[Session], client: JudgeClient, judge_settings: Settings,
+    judge_server: ScriptedJudge,
+) -> None:
+    """`seed` is the OpenAI chat completions request field; the embedded engine samples a seeded request
+    with its own generator (tests/proxy/test_engine_embedded.py), so seeded votes repeat."""
+    turn_id = add_turn(db, next_state=OK_STATE)
+    judge_turn(session_factory, client, judge_settings, turn_id)
+    assert judge_server.requests and all("seed" not in body for body in judge_server.requests)  # unseeded
+
+    seeded = judge_settings.model_copy(update={"judge_seed": 7})
+    first = _seeds_of_a_rerun(db, session_factory, seeded, judge_server, turn_id)
+    assert len(set(first)) == seeded.judge_votes  # one seed per vote
+    assert _seeds_of_a_rerun(db, session_factory, seeded, judge_server, turn_id) == first
+    other = judge_settings.model_copy(update={"judge_seed": 8})
+    assert not set(first) & set(_seeds_of_a_rerun(db, session_factory, other, judge_server, turn_id))
