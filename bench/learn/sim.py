@@ -21,6 +21,7 @@ from bench.learn import tools
 from bench.learn.quality import SAYS_NOTHING, QualityGuard
 from bench.learn.users import TOOL_FAILED, TOOL_MISSING, Prompt, User, follow_up, thanks
 
+SEEDS = 2**31  # each training request's sampling seed is drawn from its session's rng, below this
 REQUEST_TIMEOUT_S = 300.0  # one CPU completion, queued behind others, on a 2-core machine
 MAX_TOOL_TURNS = 4
 EVAL_CONCURRENCY = 8  # the embedded engine's default batch size
@@ -58,13 +59,15 @@ class Chat:
 
     def send(self, messages: list[dict[str, Any]], *, session: str, side: bool = False, done: bool = False,
              tools_: list[dict[str, Any]] | None = None, max_tokens: int | None = None,
-             model: str | None = None, temperature: float | None = None) -> Any:
+             model: str | None = None, temperature: float | None = None, seed: int | None = None) -> Any:
         headers = {"X-Session-Id": session}
         if side:
             headers["X-Turn-Type"] = "side"
         if done:
             headers["X-Session-Done"] = "true"
         extra: dict[str, Any] = {"tools": tools_} if tools_ else {}
+        if seed is not None:  # the engine samples a seeded request alone: a rerun gets the same reply
+            extra["seed"] = seed
         resp = self.client.chat.completions.create(
             model=model or self.model, messages=messages,  # type: ignore[arg-type]
             max_tokens=max_tokens or self.max_tokens,
@@ -112,7 +115,7 @@ def text_session(chat: Chat, user: User, pool: Iterator[Prompt], guard: QualityG
     messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
     truths: list[Truth] = []
     for ordinal in range(n_turns):
-        choice = chat.send(messages, session=sid)
+        choice = chat.send(messages, session=sid, seed=rng.randrange(SEEDS))
         reply = choice.message.content or ""
         good, reason = grade_text(user, guard, question, reply, truncated=choice.finish_reason == "length")
         truths.append(Truth(sid, ordinal, user.name, good, reason, reply))
@@ -142,7 +145,7 @@ def tool_session(chat: Chat, user: User, pool: Iterator[Prompt], rng: random.Ran
     truths: list[Truth] = []
     succeeded = failed = False
     for ordinal in range(MAX_TOOL_TURNS):
-        message = chat.send(messages, session=sid, tools_=user.tools).message
+        message = chat.send(messages, session=sid, tools_=user.tools, seed=rng.randrange(SEEDS)).message
         calls = _calls(message)
         if calls:
             checks = [tools.check_call(name, args, prompt.expected) for _, name, args in calls]

@@ -87,6 +87,22 @@ def test_text_session_corrects_then_thanks_and_closes(guard: QualityGuard) -> No
     assert closing["max_tokens"] == 1 and closing["messages"][-1]["content"] in THANKS
 
 
+def test_each_training_request_carries_a_seed_drawn_from_its_session_rng(guard: QualityGuard) -> None:
+    """`seed` is the OpenAI chat completions request field; the same session rng sends the same seeds, so
+    a rerun samples the same replies from the same weights."""
+    user = all_users()["student"]
+    seed = next(s for s in range(100) if random.Random(s).randint(2, 4) == 2)
+    sent = []
+    for _ in range(2):
+        fake = FakeServer([{"content": "Leaves stop making chlorophyll as days shorten."}] * 2)
+        text_session(chat_for(fake), user, iter([user.train[0]] * 3), guard, random.Random(seed))
+        sent.append([body.get("seed") for _, body in fake.requests])
+    assert sent[0] == sent[1]
+    trained, closing = sent[0][:-1], sent[0][-1]
+    assert len(trained) == 2 and all(isinstance(s, int) for s in trained) and trained[0] != trained[1]
+    assert closing is None  # the closing request only ends the session
+
+
 def test_tool_session_runs_the_tool_and_returns_errors() -> None:
     user = all_users()["weather"]
     prompt = user.train[0]
