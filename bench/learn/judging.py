@@ -21,7 +21,7 @@ from core.models import AdapterState, AdapterVersion, ServingPointer, Turn
 STALL_S = 150.0
 
 
-def _read_only(db_path: Path) -> Engine:
+def read_only(db_path: Path) -> Engine:
     """The run's SQLite DB opened read-only: the benchmark never writes behind the proxy's back."""
     return create_engine(f"sqlite:///file:{db_path}?mode=ro&uri=true", connect_args={"timeout": 30})
 
@@ -29,7 +29,7 @@ def _read_only(db_path: Path) -> Engine:
 def _read_turns(db_path: Path, session_ids: set[str]) -> dict[str, list[Turn]]:
     if not db_path.exists() or not session_ids:
         return {}
-    engine = _read_only(db_path)
+    engine = read_only(db_path)
     try:
         with engine.connect() as conn:
             rows = conn.execute(
@@ -79,7 +79,7 @@ def wait_for_judging(db_path: Path, truths: list[Truth], *, timeout_s: float) ->
 
 
 def _training_now(db_path: Path) -> int:
-    engine = _read_only(db_path)
+    engine = read_only(db_path)
     try:
         with engine.connect() as conn:
             rows = conn.execute(select(AdapterVersion.id).where(AdapterVersion.state == AdapterState.training))
@@ -142,7 +142,7 @@ def served_and_rolled_back(db_path: Path) -> tuple[int | None, list[dict[str, An
     version with the check that rolled it back (learner/regression.py)."""
     if not db_path.exists():
         return None, []
-    engine = _read_only(db_path)
+    engine = read_only(db_path)
     try:
         with engine.connect() as conn:
             served = conn.execute(select(ServingPointer.version_id).where(ServingPointer.id == 1)).scalar()
@@ -159,7 +159,7 @@ def rejected_versions(db_path: Path) -> list[dict[str, Any]]:
     """Versions the publish check kept from serving (learner/publish_check.py), with its counts."""
     if not db_path.exists():
         return []
-    engine = _read_only(db_path)
+    engine = read_only(db_path)
     try:
         with engine.connect() as conn:
             rows = conn.execute(select(AdapterVersion.id, AdapterVersion.parent_id, AdapterVersion.metrics)

@@ -34,6 +34,7 @@ from bench.learn.judging import (
     wait_for_judging,
     wait_for_training,
 )
+from bench.learn.lockstep import train_ready
 from bench.learn.quality import QualityGuard
 from bench.learn.server import Server, child_settings
 from bench.learn.sim import Chat, Truth, cycle, evaluate, session
@@ -56,6 +57,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 # own defaults).
 DEFAULT_TRAIN_CONFIG = Path(__file__).resolve().parent / "train_configs" / "steps4.json"
 DEFAULT_TEMPERATURE = 0.2
+LOCKSTEP_TRAIN_S = 900.0  # lockstep: the longest wait for a block's judging, and for each batch's version
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class Plan:
     concurrency: int  # simulated sessions in flight at once
     version_wait_s: float  # how long to wait for a new version after each block
     train_config: dict[str, Any] | None = None  # learner overrides, written as each server's train_config.json
+    lockstep: bool = False  # one session at a time, training only between blocks (bench/learn/lockstep.py)
 
     @classmethod
     def quick(cls, method: str, seed: int) -> Plan:
@@ -189,7 +192,8 @@ def run_one(settings: Settings, plan: Plan, guard: QualityGuard, shared: dict[st
     record: dict[str, Any] = {"method": method, "trained_on": user_name, "seed": seed, "points": [],
                               "error": None}
     truths: list[Truth] = []
-    child = child_settings(settings, data_dir, method=method)
+    child = child_settings(settings, data_dir, method=method, judge_seed=user_seed(seed, user_name or "off"),
+                           lockstep=plan.lockstep)
     if plan.train_config:  # the learner reads DATA_DIR/train_config.json; nothing is set behind its back
         data_dir.mkdir(parents=True, exist_ok=True)
         (data_dir / "train_config.json").write_text(json.dumps(plan.train_config))
@@ -208,7 +212,10 @@ def run_one(settings: Settings, plan: Plan, guard: QualityGuard, shared: dict[st
             db_path = server.db_path
             quiet = quiet_engine(db_path, plan, truths)
             if method != "off":  # the last full batches finish training after the last session
-                wait_for_training(db_path, timeout_s=plan.version_wait_s)
+                if plan.lockstep:
+                    train_ready(server.settings, timeout_s=LOCKSTEP_TRAIN_S)
+                else:
+                    wait_for_training(db_path, timeout_s=plan.version_wait_s)
                 _served_last(chat, plan, guard, server, record, db_path, x=len(truths),
                              pools=pools_for(plan, user_name), quiet=quiet)
     except Exception as exc:  # one failed run must not lose the others; the error goes in the results
@@ -238,6 +245,10 @@ def _train_loop(chat: Chat, plan: Plan, guard: QualityGuard, server: Server, rec
             done += len(block)
             if method == "off":
                 continue
+            if plan.lockstep:  # every turn of the block judged, then every full batch trained, before more
+                wait_for_judging(server.db_path, truths, timeout_s=LOCKSTEP_TRAIN_S)
+                if not train_ready(server.settings, timeout_s=LOCKSTEP_TRAIN_S):
+                    continue  # no full batch yet: the next block talks to the same version
             found = next_version(server, version, plan.version_wait_s)
             if found is None:
                 continue
@@ -349,6 +360,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=DOCS, help="folder for learn_results/ and img/")
     p.add_argument("--keep", type=Path, metavar="DIR",
                    help="keep each run's data folder (DB, adapters, logs) under DIR instead of deleting it")
+    p.add_argument("--lockstep", action="store_true",
+                   help="one session at a time, seeded sampling and judging, training only between blocks: "
+                        "the same command repeats the run (slower; bench/learn/lockstep.py)")
     p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
                    help="run nothing: merge raw results of several seeds and render them")
     return p.parse_args(argv)
@@ -370,6 +384,8 @@ def plan_from(args: argparse.Namespace) -> Plan:
         plan = replace(plan, heldout_per_user=args.heldout)
     if args.version_wait is not None:
         plan = replace(plan, version_wait_s=args.version_wait)
+    if args.lockstep:
+        plan = replace(plan, lockstep=True, concurrency=1)
     if args.temperature is not None:
         plan = replace(plan, temperature=args.temperature)
     if args.train_config:

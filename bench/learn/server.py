@@ -167,12 +167,17 @@ class Server:
             time.sleep(2.0)
 
 
-def child_settings(settings: Settings, data_dir: Path, *, method: str) -> Settings:
-    """The server's settings: the caller's, on a fresh data dir and port, with the method set."""
+def child_settings(settings: Settings, data_dir: Path, *, method: str, judge_seed: int | None = None,
+                   lockstep: bool = False) -> Settings:
+    """The server's settings: the caller's, on a fresh data dir and port, with the method set and the judge's
+    votes seeded with `judge_seed`. With `lockstep`, nothing trains but what the benchmark asks for, and
+    the engine decodes one sequence at a time: a batch's float sums differ from a lone sequence's in the
+    last bits, enough to flip a sampled token now and then (bench/learn/lockstep.py)."""
     _link_model(settings, data_dir)
     trains = method != "off"
     return settings.model_copy(update={
         "data_dir": data_dir, "database_url": None, "broker_url": None, "host": "127.0.0.1",
-        "port": free_port(), "enqueue": True, "auto_train": trains, "auto_publish": True,
-        "method": method if trains else settings.method, "api_keys": [],
+        "port": free_port(), "enqueue": True, "auto_train": trains and not lockstep, "auto_publish": True,
+        "method": method if trains else settings.method, "api_keys": [], "judge_seed": judge_seed,
+        **({"max_batch_size": 1} if lockstep else {}),
     })

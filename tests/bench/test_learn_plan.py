@@ -8,13 +8,30 @@ from pathlib import Path
 import pytest
 
 from bench.learn.runner import parse, plan_from
+from bench.learn.server import child_settings
 from bench.learn.users import control_for
+from core.settings import Settings
 
 
 def test_quick_is_one_user_off_and_combined() -> None:
     plan = plan_from(parse(["--quick"]))
     assert (plan.users, plan.methods, plan.interactions) == (("student",), ("off", "combined"), 32)
     assert plan_from(parse(["--quick", "--temperature", "0.8"])).temperature == 0.8
+
+
+def test_lockstep_talks_in_one_session_at_a_time_and_a_plain_run_in_four() -> None:
+    plain, lockstep = plan_from(parse(["--quick"])), plan_from(parse(["--quick", "--lockstep"]))
+    assert (plain.lockstep, plain.concurrency) == (False, 4)
+    assert (lockstep.lockstep, lockstep.concurrency) == (True, 1)
+    assert plan_from(parse(["--lockstep"])).concurrency == 1
+
+
+def test_a_lockstep_server_trains_only_when_asked_and_decodes_one_sequence_at_a_time(tmp_path: Path) -> None:
+    base = Settings(data_dir=tmp_path / "caller", model="SmolLM2-135M-Instruct")
+    plain = child_settings(base, tmp_path / "plain", method="combined", judge_seed=7)
+    lockstep = child_settings(base, tmp_path / "lockstep", method="combined", judge_seed=7, lockstep=True)
+    assert (plain.auto_train, plain.max_batch_size, plain.judge_seed) == (True, base.max_batch_size, 7)
+    assert (lockstep.auto_train, lockstep.max_batch_size, lockstep.judge_seed) == (False, 1, 7)
 
 
 def test_the_plain_command_runs_the_headline_settings(tmp_path: Path) -> None:
