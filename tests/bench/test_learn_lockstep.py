@@ -5,11 +5,9 @@ runs of one command compared turn for turn."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from bench.learn.lockstep import batch_ready, newest_version, train_ready
@@ -18,6 +16,7 @@ from core.modelload import load_model, load_tokenizer
 from core.models import AdapterState, AdapterVersion, Base, TurnStatus
 from core.settings import Settings
 from tests.learner.factories import TurnMaker
+from tests.utils.broker import queued_tasks
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +59,4 @@ def test_a_ready_batch_is_sent_to_the_train_queue_and_a_worker_that_never_answer
     db.commit()
     with pytest.raises(TimeoutError, match="no version trained"):
         train_ready(settings, timeout_s=2)
-    engine = create_engine(settings.broker.removeprefix("sqla+"))
-    with engine.connect() as conn:
-        payloads = [row[0] for row in conn.execute(text(
-            "SELECT m.payload FROM kombu_message m JOIN kombu_queue q ON m.queue_id = q.id "
-            "WHERE q.name = 'train' AND m.visible = 1"))]
-    engine.dispose()
-    assert [json.loads(p)["headers"]["task"] for p in payloads] == ["learner.tasks.train_step"]
+    assert queued_tasks(settings, "train") == ["learner.tasks.train_step"]

@@ -29,6 +29,7 @@ from core.models import Turn, TurnStatus, Vote, utcnow
 from core.settings import Settings
 from judges.maintenance import purge_delivered, requeue_ready
 from tests.judges.conftest import ScriptedJudge, add_turn, tool_call
+from tests.utils.broker import queued_tasks
 
 REPO = Path(__file__).resolve().parents[2]
 # Real Celery workers with fixed names on fixed queues, two of them on one Redis DB that they purge: under
@@ -129,13 +130,7 @@ def test_worker_on_the_sqlite_broker(
 ) -> None:
     run_two_turns(settings, db, session_factory, judge_server, start_worker, auto_train=True)
     # each judged turn asked for a train step by name, on the train queue (no worker consumes it here)
-    engine = create_engine(settings.broker.removeprefix("sqla+"))
-    with engine.connect() as conn:
-        payloads = [row[0] for row in conn.execute(text(
-            "SELECT m.payload FROM kombu_message m JOIN kombu_queue q ON m.queue_id = q.id "
-            "WHERE q.name = 'train' AND m.visible = 1"))]
-    engine.dispose()
-    assert [json.loads(p)["headers"]["task"] for p in payloads] == ["learner.tasks.train_step"] * 2
+    assert queued_tasks(settings, "train") == ["learner.tasks.train_step"] * 2
 
 
 def test_worker_on_redis(
